@@ -3,7 +3,7 @@
  * JS reference side of the futoin_anyio benchmarks.
  *
  * Usage: node --expose-gc bench.js '<json config>'
- *   config = {"scenarios": {"seq": {"n": 1000000}, ...}, "repeat": 3}
+ *   config = {"scenarios": {"seq": {"sizes": [1000000]}, ...}, "repeat": 3, "budget": 5}
  * Prints one JSON object per line: {"scenario", "n", "value", "unit", "seconds"}.
  * A scenario whose result is wrong throws: the process exits non-zero.
  *
@@ -221,25 +221,29 @@ const scenarios = {
 const main = async () => {
     const config = JSON.parse( process.argv[2] );
     const repeat = config.repeat || 1;
+    const budget = config.budget || 5;
 
     for ( const [ name, params ] of Object.entries( config.scenarios ) ) {
         const func = scenarios[name];
-
-        if ( !func ) {
-            console.log( JSON.stringify( {
-                scenario: name, n: params.n, na: 'no JS equivalent',
-            } ) );
-            continue;
-        }
-
         const sizes = params.sizes || [ params.n ];
 
         for ( const n of sizes ) {
-            let best = null;
+            if ( !func ) {
+                console.log( JSON.stringify( {
+                    scenario: name, n, na: 'no binary interface in the JS reference',
+                } ) );
+                continue;
+            }
 
-            for ( let r = 0; r < repeat; ++r ) {
+            let best = null;
+            let spent = 0;
+
+            // best of up to `repeat` runs, stopping once `budget` seconds are spent
+            for ( let r = 0; r < repeat && spent < budget; ++r ) {
                 const [ value, unit, dt ] = await func( n );
                 const lower_better = unit === 'B/root';
+
+                spent += dt / 1e3;
 
                 if ( best === null ||
                      ( lower_better ? value < best.value : value > best.value ) ) {
