@@ -1,0 +1,1239 @@
+"""The AsyncSteps engine: steps, levels, error unwinding, cancellation, loops and parallel.
+
+Vocabulary:
+
+* A **step object** is the ``asi`` a callback receives. It is also the *frame* of that step on its
+  flow's stack: it holds the sub-steps queued during its execution (``_queue``) and, in ``_ext``,
+  the rarely used parts (cancel handler, timer, parallel run, loop, coroutine scope, ``stack()``
+  cleanups) so a trivial step costs one small object.
+* A **flow** is one sequential thread of steps: a root, or one branch of a ``parallel()``. Its
+  stack is a list of frames: ``stack[0]`` is the root (or the branch container), ``stack[-1]`` the
+  innermost active step. Levels are this explicit stack, never Python recursion.
+* A **driver** (:class:`~futoin_anyio.AsyncTool`) runs ready flows in bursts.
+
+Error unwinding (``_Flow._unwind``) pops frames innermost first; at each one the cancel handler
+runs, then the error handler, which may recover (``success()`` or ``add()``), replace the error
+(``error()``) or pass it on (return). Cancellation (``_Flow._cancel``) pops frames the same way
+but runs only cancel handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
+from inspect import isawaitable, iscoroutine
+from itertools import repeat as _forever
+from threading import get_ident
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+from anyio import CancelScope, get_cancelled_exc_class
+
+from ._errors import Errors, FutoInError
+from ._state import State
+from ._tool import AsyncTool, Handle, _check_ms, current_tool
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+__all__ = ("AsyncSteps", "ISync", "ParallelSteps", "flow_key", "root_id")
+
+logger = logging.getLogger("futoin_anyio")
+
+#: ``func(asi, *args)``: a step. May be ``async def``.
+StepFunc: TypeAlias = Callable[..., object]
+#: ``onerror(asi, code)``: an error handler.
+ErrorHandler: TypeAlias = Callable[["AsyncSteps", str], object]
+#: ``oncancel(asi)``: a cancel handler.
+CancelHandler: TypeAlias = Callable[["AsyncSteps"], object]
+
+
+class ISync(Protocol):
+    """The synchronisation protocol of FTN12 §1.11.3: ``obj.sync(asi, func, onerror)``.
+
+    An implementation adds steps to ``asi`` that enter its critical section, run ``func`` with the
+    incoming success arguments, leave the section and pass ``func``'s result on.
+    """
+
+    def sync(self, asi: AsyncSteps, func: StepFunc, onerror: ErrorHandler | None = None) -> object:
+        ...
+
+
+# Step object status. A step is "in service" (usable) while MODEL, EXEC, HANDLER, WAIT, CORO or
+# ROOT; the engine checks the status on every API call.
+_MODEL = 0  # a root not executed yet: add() builds level 0
+_EXEC = 1  # its execute callback is running
+_HANDLER = 2  # its error handler is running (a fresh object in the failed step's place)
+_SUBSTEPS = 3  # its callback returned, its sub-steps run
+_WAIT = 4  # waiting for an external success()/error(), a timeout or a cancel
+_CORO = 5  # an async def step (or await_) is running as a task
+_ROOT = 6  # a root that is executing
+_DONE = 7  # out of service
+_FAILING = 8  # failed by an external error() that is about to unwind it
+
+_STATUS_NAMES = ("model", "executing", "in error handler", "running sub-steps", "waiting",
+                 "awaiting", "running root", "out of service", "failing")
+
+_new = object.__new__
+_NO_ARGS: tuple[Any, ...] = ()
+
+
+class _Ext:
+    """The rarely used parts of a frame."""
+
+    __slots__ = ("cleanups", "loop", "oncancel", "par", "pending", "scope", "timer", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting = False
+        self.oncancel: CancelHandler | None = None
+        self.timer: Handle | None = None
+        self.par: _ParallelRun | None = None
+        self.loop: _LoopRun | None = None
+        self.scope: CancelScope | None = None
+        self.pending: str | None = None
+        self.cleanups: list[tuple[Callable[[Any], object] | None, Any]] | None = None
+
+
+class AsyncSteps:
+    """FutoIn AsyncSteps (FTN12 v1.14): a root to build and run, and the ``asi`` of every step.
+
+    Build a root with :meth:`add` (and :meth:`parallel`, loops…), then run it with
+    ``await asi.promise()`` in the current task, or ``asi.execute()`` in the current
+    :class:`AsyncTool`. Each callback receives its own step object; it is usable while that step
+    executes (or waits), and ``bool(asi)`` turns ``False`` when it goes out of service.
+    """
+
+    __slots__ = ("_ext", "_flow", "_func", "_onerror", "_parent", "_queue", "_status", "_tool",
+                 "state", "__weakref__")
+
+    state: State
+    _flow: _Flow | None
+    _parent: AsyncSteps | None
+    _queue: deque[tuple[StepFunc, ErrorHandler | None]] | None
+    _onerror: ErrorHandler | None
+    _ext: _Ext | None
+    _func: object
+    _status: int
+    _tool: AsyncTool | None
+
+    def __init__(self, state: Mapping[str, Any] | None = None, tool: AsyncTool | None = None) -> None:
+        if state is None:
+            self.state = State()
+        elif isinstance(state, State):
+            self.state = state
+        elif isinstance(state, Mapping):
+            self.state = State(state)
+        else:
+            raise TypeError(f"state must be a mapping, got {type(state).__name__}")
+        if tool is not None and not isinstance(tool, AsyncTool):
+            raise TypeError(f"tool must be an AsyncTool, got {type(tool).__name__}")
+        self._tool = tool
+        self._flow = None
+        self._parent = None
+        self._queue = None
+        self._onerror = None
+        self._ext = None
+        self._func = None
+        self._status = _MODEL
+
+    # -- common API (§2.2.1) --------------------------------------------------------------------
+
+    def add(self, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
+        """Add a step (a sub-step, when called inside a step); returns ``self`` for chaining."""
+        st = self._status
+        if st is not _EXEC and st is not _MODEL and st is not _HANDLER and st is not _CORO:
+            self._misuse("add()")
+        if not callable(func):
+            _internal(f"add(): the step must be callable, got {type(func).__name__}")
+        if onerror is not None and not callable(onerror):
+            _internal(f"add(): onerror must be callable, got {type(onerror).__name__}")
+        q = self._queue
+        if q is None:
+            q = self._queue = deque()
+        q.append((func, onerror))
+        return self
+
+    def parallel(self, onerror: ErrorHandler | None = None) -> ParallelSteps:
+        """Add a parallel step; ``add()`` branches to the returned object.
+
+        Each branch is a separate flow sharing this root's state. The next step runs when every
+        branch has completed; the first branch error cancels the other branches and reaches
+        ``onerror``. The parallel step succeeds with no arguments.
+        """
+        par = ParallelSteps._create(self)
+        self.add(par._run, onerror)
+        return par
+
+    def sync(self, obj: ISync, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
+        """Add a step synchronised against ``obj`` (a Mutex, Throttle, Limiter or any ISync)."""
+        sync = getattr(obj, "sync", None)
+        if not callable(sync):
+            _internal(f"sync(): {type(obj).__name__} does not implement ISync (no sync() method)")
+        if not callable(func):
+            _internal(f"sync(): the step must be callable, got {type(func).__name__}")
+        if onerror is not None and not callable(onerror):
+            _internal(f"sync(): onerror must be callable, got {type(onerror).__name__}")
+        sync(self, func, onerror)
+        return self
+
+    def success_step(self, *args: Any) -> Self:
+        """Add a step that succeeds with ``args`` (result injection, §1.12)."""
+        return self.add(_SuccessStep(args))
+
+    def await_(self, aw: Awaitable[Any], onerror: ErrorHandler | None = None) -> Self:
+        """Add a step that awaits ``aw`` (a coroutine, future or other awaitable, §1.13).
+
+        Its result becomes the step's single success argument (none for ``None``); an exception
+        is the step's error; cancelling the step cancels the await.
+        """
+        if not isawaitable(aw):
+            _internal(f"await_(): expected an awaitable, got {type(aw).__name__}")
+        return self.add(_AwaitStep(aw), onerror)
+
+    def copy_from(self, other: AsyncSteps) -> Self:
+        """Copy the steps of a model root ``other`` and its state variables not present here."""
+        if not isinstance(other, AsyncSteps):
+            raise TypeError(f"copy_from() needs an AsyncSteps, got {type(other).__name__}")
+        if other._status is not _MODEL:
+            _internal("copy_from(): the model must be a root that has not been executed")
+        st = self._status
+        if st is not _EXEC and st is not _MODEL and st is not _HANDLER and st is not _CORO:
+            self._misuse("copy_from()")
+        if other._queue:
+            q = self._queue
+            if q is None:
+                q = self._queue = deque()
+            q.extend(other._queue)
+        state = self.state
+        for key, value in other.state.items():
+            if key not in state:
+                state[key] = value
+        return self
+
+    def clone(self) -> AsyncSteps:
+        """A copy of this model root: its steps and a shallow copy of its state."""
+        if self._status is not _MODEL:
+            _internal("clone(): only a root that has not been executed can be cloned")
+        copy = AsyncSteps(State(self.state), self._tool)
+        if self._queue:
+            copy._queue = deque(self._queue)
+        return copy
+
+    __copy__ = clone
+
+    def new_instance(self) -> AsyncSteps:
+        """A new, empty root for standalone execution, sharing this one's AsyncTool."""
+        return AsyncSteps(tool=self._current_tool())
+
+    def __bool__(self) -> bool:
+        st = self._status
+        return st is not _DONE and st is not _SUBSTEPS and st is not _FAILING
+
+    @property
+    def tool(self) -> AsyncTool | None:
+        """The AsyncTool this step runs in (for a model root: the one given, if any)."""
+        flow = self._flow
+        if flow is not None:
+            return flow.driver
+        return self._tool
+
+    # -- execution API (§2.2.2) -----------------------------------------------------------------
+
+    def success(self, *args: Any) -> None:
+        """Complete this step with ``args`` for the next step.
+
+        Inside the step's own callback or error handler; or later, for a step waiting for an
+        external event (from any thread).
+        """
+        st = self._status
+        if st is _EXEC or st is _HANDLER:
+            if self._queue:
+                _internal("success() after sub-steps were added in the same step")
+            self._flow.args = args  # type: ignore[union-attr]
+            self._status = _DONE
+        elif st is _WAIT:
+            flow = self._flow
+            assert flow is not None
+            driver = flow.driver
+            if driver._thread is not None and get_ident() != driver._thread:
+                driver._from_thread(self._external_success, args)
+            else:
+                self._external_success(args)
+        elif st is _CORO:
+            _internal("success() inside an async step: return the result instead")
+        else:
+            self._misuse("success()")
+
+    __call__ = success
+
+    def _external_success(self, args: tuple[Any, ...]) -> None:
+        if self._status is not _WAIT:
+            if get_ident() == self._flow.driver._thread:  # type: ignore[union-attr]
+                self._misuse("success()")
+            return  # lost a race from another thread: the step already ended
+        flow = self._flow
+        assert flow is not None
+        self._status = _DONE
+        flow.args = args
+        flow.stack.pop()
+        _end_ext(self)
+        flow.driver._schedule(flow)
+
+    def error(self, code: str, info: Any = None) -> None:
+        """Fail this step with error ``code``; ``info`` goes to ``state.error_info``. Raises."""
+        if type(code) is not str:
+            if not isinstance(code, str):
+                raise TypeError(f"error(): the code must be a str, got {type(code).__name__}")
+            code = str(code)
+        st = self._status
+        exc = FutoInError(code, info)
+        if st is _EXEC or st is _HANDLER or st is _CORO:
+            state = self.state
+            state.error_info = info
+            state.last_exception = exc
+            raise exc
+        if st is _WAIT:
+            flow = self._flow
+            assert flow is not None
+            driver = flow.driver
+            if driver._thread is not None and get_ident() != driver._thread:
+                driver._from_thread(self._external_error, exc)
+            else:
+                self._external_error(exc)
+            raise exc
+        self._misuse("error()")
+
+    def _external_error(self, exc: FutoInError) -> None:
+        if self._status is not _WAIT:
+            return
+        flow = self._flow
+        assert flow is not None
+        state = self.state
+        state.error_info = exc.info
+        state.last_exception = exc
+        if flow.driver._current is None:
+            flow.throw(exc.code)
+        else:
+            # A step of this driver is running: unwind when it is done, never re-entrantly.
+            self._status = _FAILING  # still the top frame, no longer completable from outside
+            flow.driver._call_later(0.0, flow.throw_at, self, exc.code)
+
+    def set_timeout(self, timeout_ms: float) -> None:
+        """Limit this step and all its sub-steps to ``timeout_ms``; then error ``Timeout``.
+
+        Disables the implicit success; calling it again replaces the limit.
+        """
+        st = self._status
+        if st is not _EXEC and st is not _CORO:
+            self._misuse("set_timeout()")
+        delay = _check_ms("set_timeout()", timeout_ms)
+        ext = self._ext
+        if ext is None:
+            ext = self._ext = _Ext()
+        old = ext.timer
+        if old is not None:
+            old.cancel()
+        ext.waiting = True
+        ext.timer = self._flow.driver._call_later(delay, _on_timeout, self)  # type: ignore[union-attr]
+
+    def set_cancel(self, oncancel: CancelHandler) -> None:
+        """Set the handler called once if this step is cancelled or unwound while active."""
+        st = self._status
+        if st is not _EXEC and st is not _CORO:
+            self._misuse("set_cancel()")
+        if not callable(oncancel):
+            _internal(f"set_cancel(): the handler must be callable, got {type(oncancel).__name__}")
+        ext = self._ext
+        if ext is None:
+            ext = self._ext = _Ext()
+        ext.waiting = True
+        ext.oncancel = oncancel
+
+    def wait_external(self) -> None:
+        """Disable the implicit success: the step waits for an external ``success()``."""
+        st = self._status
+        if st is not _EXEC and st is not _CORO:
+            self._misuse("wait_external()")
+        ext = self._ext
+        if ext is None:
+            ext = self._ext = _Ext()
+        ext.waiting = True
+
+    def stack(self, size_or_factory: int | Callable[[], Any],
+              cleanup: Callable[[Any], object] | None = None) -> Any:
+        """Allocate an object that lives as long as this step (§1.14).
+
+        An ``int`` gives a zeroed ``bytearray`` of that size; a callable gives its result.
+        ``cleanup(obj)``, if given, is called exactly once when the step ends.
+        """
+        st = self._status
+        if st is not _EXEC and st is not _CORO and st is not _HANDLER:
+            self._misuse("stack()")
+        if isinstance(size_or_factory, int) and not isinstance(size_or_factory, bool):
+            if size_or_factory < 0:
+                raise ValueError(f"stack(): size must be >= 0, got {size_or_factory}")
+            obj: Any = bytearray(size_or_factory)
+        elif callable(size_or_factory):
+            obj = size_or_factory()
+        else:
+            raise TypeError("stack() needs a size or a factory callable, got "
+                            f"{type(size_or_factory).__name__}")
+        if cleanup is not None and not callable(cleanup):
+            raise TypeError(f"stack(): cleanup must be callable, got {type(cleanup).__name__}")
+        ext = self._ext
+        if ext is None:
+            ext = self._ext = _Ext()
+        if ext.cleanups is None:
+            ext.cleanups = []
+        ext.cleanups.append((cleanup, obj))
+        return obj
+
+    # -- loops (§2.2.4) -----------------------------------------------------------------------
+
+    def loop(self, func: StepFunc, label: str | None = None) -> Self:
+        """Call ``func(asi)`` until ``break_loop()``."""
+        return self._add_loop(_LOOP, func, label, None)
+
+    def repeat(self, count: int, func: StepFunc, label: str | None = None) -> Self:
+        """Call ``func(asi, i)`` for ``i`` in ``range(count)``."""
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise TypeError(f"repeat(): count must be an int, got {type(count).__name__}")
+        if count < 0:
+            raise ValueError(f"repeat(): count must be >= 0, got {count}")
+        return self._add_loop(_REPEAT, func, label, count)
+
+    def for_each(self, collection: Mapping[Any, Any] | Iterable[Any], func: StepFunc,
+                 label: str | None = None) -> Self:
+        """Call ``func(asi, key, value)`` for each item of a mapping, or index and item of a list."""
+        if isinstance(collection, (str, bytes)) or not isinstance(collection, (Mapping, Iterable)):
+            raise TypeError("for_each(): expected a mapping or a list, got "
+                            f"{type(collection).__name__}")
+        return self._add_loop(_FOR_EACH, func, label, collection)
+
+    def _add_loop(self, kind: int, func: StepFunc, label: str | None, data: Any) -> Self:
+        if not callable(func):
+            _internal(f"loop: the body must be callable, got {type(func).__name__}")
+        if label is not None and not isinstance(label, str):
+            raise TypeError(f"loop label must be a str, got {type(label).__name__}")
+        return self.add(_Loop(kind, func, label, data))
+
+    def break_loop(self, label: str | None = None) -> None:
+        """Leave the innermost loop, or the one named ``label``. Raises."""
+        self._loop_signal(Errors.LoopBreak, label)
+
+    def continue_loop(self, label: str | None = None) -> None:
+        """Go on with the next iteration of the innermost loop, or of ``label``. Raises."""
+        self._loop_signal(Errors.LoopCont, label)
+
+    def _loop_signal(self, code: str, label: str | None) -> None:
+        st = self._status
+        if st is not _EXEC and st is not _HANDLER and st is not _CORO:
+            self._misuse("break_loop()" if code == Errors.LoopBreak else "continue_loop()")
+        flow = self._flow
+        assert flow is not None
+        flow.loop_label = label
+        self.state.error_info = None
+        raise FutoInError(code)
+
+    # -- control API (§2.2.3) -----------------------------------------------------------------
+
+    def execute(self, unhandled_error: Callable[[str], object] | None = None) -> None:
+        """Start this root in the current AsyncTool and return at once.
+
+        An unhandled error calls ``unhandled_error(code)`` if given, else it is logged on the
+        ``futoin_anyio`` logger; it never breaks the tool.
+        """
+        self._check_startable("execute()")
+        if unhandled_error is not None and not callable(unhandled_error):
+            raise TypeError("execute(): unhandled_error must be callable")
+        tool = self._tool or current_tool()
+        if tool is None or tool._thread is None:
+            _internal("execute() needs a running AsyncTool: start the root inside "
+                      "`async with AsyncTool():`, pass tool=, or use `await asi.promise()`")
+        if tool._closing and tool._tg is None:
+            _internal("execute(): the AsyncTool has already exited")
+        if get_ident() != tool._thread:
+            raise RuntimeError("execute() must be called on the AsyncTool's event loop thread")
+        flow = self._start(tool)
+        flow.on_unhandled = unhandled_error
+        tool._roots.add(flow)
+        tool._schedule(flow)
+
+    async def promise(self) -> Any:
+        """Run this root in the calling task and return its result.
+
+        Returns the last ``success()`` arguments: ``None`` for none, the value for one, a tuple
+        for several. An unhandled error raises :class:`FutoInError`; ``cancel()`` raises one with
+        code ``Cancelled``. If the awaiting task is cancelled, the cancel handlers of every
+        active step run, innermost first, and the cancellation propagates unchanged.
+        """
+        self._check_startable("promise()")
+        driver = AsyncTool._private()
+        flow = self._start(driver)
+        driver._schedule(flow)
+
+        def done() -> bool:
+            return flow.finished
+
+        try:
+            await driver._drive(done)
+        except BaseException:
+            flow.abort()
+            driver._cancel_all()
+            raise
+        driver._cancel_all()  # roots executed into this private driver end with it
+        return flow.outcome()
+
+    def cancel(self) -> None:
+        """Cancel this root: cancel handlers run, innermost first; no error handler runs.
+
+        Called from one of the root's own steps, it takes effect when that step returns.
+        """
+        if self._parent is not None:
+            _internal("cancel() can only be called on a root AsyncSteps, not on a step")
+        flow = self._flow
+        if flow is None:
+            self._status = _DONE  # never executed: nothing to cancel, and it will not run
+            return
+        if flow.finished:
+            return
+        driver = flow.driver
+        current = driver._current
+        if current is not None and current.root is self:
+            # A step or handler of this root is running: never unwind under its feet.
+            current.interrupt = True
+            driver._call_later(0.0, flow.cancel_root)
+        else:
+            flow.cancel_root()
+
+    # -- binary interface hooks (§2.7) --------------------------------------------------------
+
+    def binary(self) -> Any:
+        """The ``FutoInAsyncSteps *`` of this step for C code (see :mod:`futoin_anyio.binary`)."""
+        from .binary import _bridge
+
+        return _bridge.binary_of(self)
+
+    @staticmethod
+    def wrap(ptr: Any) -> AsyncSteps:
+        """An AsyncSteps interface over a ``FutoInAsyncSteps *`` (ours or a foreign one)."""
+        from .binary import _bridge
+
+        return _bridge.wrap(ptr)  # type: ignore[no-any-return]
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _check_startable(self, what: str) -> None:
+        if self._parent is not None:
+            _internal(f"{what} can only be called on a root AsyncSteps, not on a step")
+        if self._status is not _MODEL:
+            if self._flow is None:
+                _internal(f"{what}: the root was cancelled before it started")
+            _internal(f"{what}: this root was already started")
+
+    def _start(self, driver: AsyncTool) -> _Flow:
+        flow = _Flow(driver, self, [self], None)
+        self._flow = flow
+        self._status = _ROOT
+        return flow
+
+    def _current_tool(self) -> AsyncTool | None:
+        root = self._flow.root if self._flow is not None else self
+        if root._tool is not None:
+            return root._tool
+        tool = current_tool()
+        if tool is not None:
+            return tool
+        return self._flow.driver if self._flow is not None else None
+
+    def _misuse(self, what: str) -> None:
+        st = self._status
+        if st is _SUBSTEPS:
+            _internal(f"{what}: this step's callback has returned and its sub-steps are running; "
+                      "the step object is no longer executing")
+        if st is _DONE:
+            _internal(f"{what}: the step object is out of service (completed, failed or cancelled)")
+        if st is _ROOT:
+            _internal(f"{what}: the root is executing; call it on the step's own asi")
+        if st is _MODEL:
+            _internal(f"{what} can only be called inside an executing step")
+        _internal(f"{what} is not allowed while the step is {_STATUS_NAMES[st]}")
+
+    def __repr__(self) -> str:
+        kind = "root" if self._parent is None else "step"
+        return f"<AsyncSteps {kind} {_STATUS_NAMES[self._status]}>"
+
+    # Spec spellings (FTN12 names, as in the JS reference).
+    successStep = success_step  # noqa: N815
+    setTimeout = set_timeout  # noqa: N815
+    setCancel = set_cancel  # noqa: N815
+    waitExternal = wait_external  # noqa: N815
+    copyFrom = copy_from  # noqa: N815
+    newInstance = new_instance  # noqa: N815
+    forEach = for_each  # noqa: N815
+    loopForEach = for_each  # noqa: N815
+    breakLoop = break_loop  # noqa: N815
+    continueLoop = continue_loop  # noqa: N815
+
+
+def _internal(message: str) -> None:
+    raise FutoInError(Errors.InternalError, message)
+
+
+def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
+    frame: AsyncSteps = _new(AsyncSteps)
+    frame.state = parent.state
+    frame._flow = flow
+    frame._parent = parent
+    frame._queue = None
+    frame._onerror = None
+    frame._ext = None
+    frame._func = None
+    frame._status = status
+    return frame
+
+
+def _end_ext(frame: AsyncSteps) -> None:
+    """A frame completed normally: drop its timer and cancel handler, run stack() cleanups."""
+    ext = frame._ext
+    if ext is None:
+        return
+    timer = ext.timer
+    if timer is not None:
+        ext.timer = None
+        timer.cancel()
+    ext.oncancel = None
+    if ext.cleanups:
+        _run_cleanups(ext)
+
+
+def _run_cleanups(ext: _Ext) -> None:
+    cleanups = ext.cleanups
+    ext.cleanups = None
+    assert cleanups is not None
+    for cleanup, obj in reversed(cleanups):
+        if cleanup is not None:
+            try:
+                cleanup(obj)
+            except Exception:
+                logger.exception("stack() cleanup %r raised", cleanup)
+
+
+def _on_timeout(frame: AsyncSteps) -> None:
+    ext = frame._ext
+    if frame._status is _DONE or ext is None:
+        return
+    ext.timer = None
+    flow = frame._flow
+    assert flow is not None
+    exc = FutoInError(Errors.Timeout)
+    state = frame.state
+    state.error_info = None
+    state.last_exception = exc
+    flow.throw(Errors.Timeout)
+
+
+class _Flow:
+    """One sequential thread of steps: a root, or a branch of a parallel step."""
+
+    __slots__ = ("args", "driver", "finished", "interrupt", "loop_label", "on_unhandled", "par",
+                 "queued", "result_code", "root", "stack", "__weakref__")
+
+    def __init__(self, driver: AsyncTool, root: AsyncSteps, stack: list[AsyncSteps],
+                 par: _ParallelRun | None) -> None:
+        self.driver = driver
+        self.root = root
+        self.stack = stack
+        self.par = par
+        self.args: tuple[Any, ...] = _NO_ARGS
+        self.queued = False
+        self.finished = False
+        self.interrupt = False
+        self.loop_label: str | None = None
+        self.result_code: str | None = None
+        self.on_unhandled: Callable[[str], object] | None = None
+
+    def run(self, budget: int) -> int:
+        """Run steps until the flow waits or ends, or ``budget`` steps are spent.
+
+        This is the hot path: per step a deque pop, one frame object, one call, a few checks.
+        """
+        if self.finished:
+            return budget
+        stack = self.stack
+        cls = self.root.__class__
+        while budget > 0:
+            frame = stack[-1]
+            q = frame._queue
+            if q:
+                func, onerror = q.popleft()
+                step: AsyncSteps = _new(cls)
+                step.state = frame.state
+                step._flow = self
+                step._parent = frame
+                step._queue = None
+                step._onerror = onerror
+                step._ext = None
+                step._func = func
+                step._status = _EXEC
+                stack.append(step)
+                budget -= 1
+                try:
+                    res = func(step, *self.args)
+                except BaseException as exc:
+                    if not self.interrupt:
+                        if not self._step_raised(exc):
+                            return budget
+                        if not self.interrupt:
+                            continue
+                    self._interrupted()
+                    return budget
+                if self.interrupt:
+                    self._interrupted()
+                    return budget
+                st = step._status
+                if st is _EXEC:
+                    if res is not None and iscoroutine(res):
+                        self._start_coroutine(step, res)
+                        return budget
+                    if step._queue:
+                        step._status = _SUBSTEPS
+                        continue
+                    ext = step._ext
+                    if ext is not None:
+                        if ext.waiting:
+                            step._status = _WAIT
+                            return budget
+                        _end_ext(step)
+                    self.args = _NO_ARGS
+                    step._status = _DONE
+                    stack.pop()
+                elif st is _DONE:
+                    stack.pop()
+                    if step._ext is not None:
+                        _end_ext(step)
+                continue
+            # The frame's queue is exhausted: the frame completes.
+            if len(stack) == 1:
+                self._finish(None)
+                return budget
+            ext = frame._ext
+            if ext is not None:
+                loop = ext.loop
+                if loop is not None and loop.next_iteration(frame, self):
+                    continue
+                _end_ext(frame)
+            frame._status = _DONE
+            frame._queue = None
+            stack.pop()
+        self.driver._schedule(self)
+        return 0
+
+    # -- errors -------------------------------------------------------------------------------
+
+    def _step_raised(self, exc: BaseException) -> bool:
+        """The top step's callback raised: unwind. ``True`` if the flow goes on."""
+        state = self.root.state
+        if isinstance(exc, FutoInError):
+            code = exc.code
+            if state.last_exception is not exc:
+                state.error_info = exc.info
+                state.last_exception = exc
+        elif isinstance(exc, Exception):
+            code = Errors.InternalError
+            state.error_info = f"{type(exc).__name__}: {exc}"
+            state.last_exception = exc
+        else:
+            raise exc  # KeyboardInterrupt, SystemExit, the backend's cancellation: never ours
+        return self._unwind(code)
+
+    def throw(self, code: str) -> None:
+        """Raise ``code`` at the innermost active step (a timeout, an external error)."""
+        if self.finished:
+            return
+        top = self.stack[-1]
+        ext = top._ext
+        if top._status is _CORO and ext is not None and ext.scope is not None:
+            # Let the coroutine's own cleanup finish first: unwinding goes on when its task ends.
+            ext.pending = code
+            ext.scope.cancel()
+            return
+        if self._unwind(code):
+            self.driver._schedule(self)
+
+    def throw_at(self, frame: AsyncSteps, code: str) -> None:
+        """A deferred external error: applies only if ``frame`` is still the innermost step."""
+        if not self.finished and self.stack[-1] is frame and frame._status is _FAILING:
+            if self._unwind(code):
+                self.driver._schedule(self)
+
+    def _unwind(self, code: str) -> bool:
+        """Unwind from the innermost step outwards. ``True`` if a handler recovered."""
+        stack = self.stack
+        state = self.root.state
+        if code != Errors.LoopBreak and code != Errors.LoopCont:
+            state.async_stack = [f._func for f in stack[1:]]
+        while len(stack) > 1:
+            frame = stack.pop()
+            frame._status = _DONE
+            frame._queue = None
+            if frame._ext is not None:
+                code = self._cancel_frame(frame, code)
+            onerror = frame._onerror
+            if onerror is None:
+                continue
+            parent = frame._parent
+            assert parent is not None
+            handler = _new_frame(parent, self, _HANDLER)
+            handler._func = onerror
+            stack.append(handler)
+            try:
+                onerror(handler, code)
+                if self.finished:  # the handler cancelled the root
+                    return False
+            except FutoInError as exc:
+                if state.last_exception is not exc:
+                    state.error_info = exc.info
+                    state.last_exception = exc
+                code = exc.code
+            except Exception as exc:
+                code = Errors.InternalError
+                state.error_info = f"{type(exc).__name__}: {exc}"
+                state.last_exception = exc
+            else:
+                if handler._status is _DONE:  # success(): go on after the failed step
+                    stack.pop()
+                    return True
+                if handler._queue:  # add(): its steps run at the failed step's level
+                    handler._status = _SUBSTEPS
+                    return True
+            handler._status = _DONE
+            handler._queue = None
+            stack.pop()
+        self._finish(code)
+        return False
+
+    def _cancel_frame(self, frame: AsyncSteps, code: str | None) -> str | None:
+        """A frame leaves the stack abnormally: cancel its branches, its coroutine, its timer;
+        call its cancel handler; run its cleanups. An exception in the cancel handler replaces
+        ``code`` while unwinding, and is logged while cancelling (``code`` is ``None``)."""
+        ext = frame._ext
+        assert ext is not None
+        par = ext.par
+        if par is not None:
+            ext.par = None
+            par.cancel_branches()
+        scope = ext.scope
+        if scope is not None:
+            ext.scope = None
+            scope.cancel()
+        timer = ext.timer
+        if timer is not None:
+            ext.timer = None
+            timer.cancel()
+        oncancel = ext.oncancel
+        if oncancel is not None:
+            ext.oncancel = None
+            try:
+                oncancel(frame)
+            except Exception as exc:
+                if code is None:
+                    logger.exception("cancel handler %r raised", oncancel)
+                else:
+                    state = self.root.state
+                    code = Errors.InternalError
+                    state.error_info = f"{type(exc).__name__}: {exc}"
+                    state.last_exception = exc
+        if ext.cleanups:
+            _run_cleanups(ext)
+        return code
+
+    # -- cancellation -------------------------------------------------------------------------
+
+    def _cancel(self) -> None:
+        """Run the cancel handlers of every active step, innermost first; the flow ends."""
+        if self.finished:
+            return
+        self.finished = True
+        stack = self.stack
+        while len(stack) > 1:
+            frame = stack.pop()
+            frame._status = _DONE
+            frame._queue = None
+            if frame._ext is not None:
+                self._cancel_frame(frame, None)
+        stack[0]._status = _DONE
+
+    def cancel_root(self) -> None:
+        """``asi.cancel()`` on the root: cancel every flow of the root, end with ``Cancelled``."""
+        if self.finished:
+            return
+        self._cancel()
+        self.result_code = Errors.Cancelled
+        self._root_done()
+
+    def abort(self) -> None:
+        """The task running the root was cancelled (or hit a BaseException): cancel handlers run."""
+        if not self.finished:
+            self._cancel()
+            self.result_code = Errors.Cancelled
+
+    def _interrupted(self) -> None:
+        self.interrupt = False
+        root_flow = self.root._flow
+        assert root_flow is not None
+        root_flow.cancel_root()
+
+    # -- completion -----------------------------------------------------------------------------
+
+    def _finish(self, code: str | None) -> None:
+        self.finished = True
+        self.stack[0]._status = _DONE
+        self.result_code = code
+        par = self.par
+        if par is None:
+            self._root_done()
+        elif code is None:
+            par.branch_done()
+        else:
+            par.branch_failed(self, code)
+
+    def _root_done(self) -> None:
+        driver = self.driver
+        if self in driver._roots:
+            driver._roots.discard(self)
+            code = self.result_code
+            if code is not None and code != Errors.Cancelled:
+                handler = self.on_unhandled
+                if handler is not None:
+                    try:
+                        handler(code)
+                    except Exception:
+                        logger.exception("unhandled_error callback %r raised", handler)
+                else:
+                    logger.error("AsyncSteps root failed with unhandled error %s (error_info=%r)",
+                                 code, self.root.state.get("error_info"))
+
+    def outcome(self) -> Any:
+        code = self.result_code
+        if code is None:
+            args = self.args
+            if not args:
+                return None
+            return args[0] if len(args) == 1 else args
+        state = self.root.state
+        last = state.get("last_exception")
+        if code == Errors.Cancelled:
+            raise FutoInError(Errors.Cancelled, "the root was cancelled")
+        if isinstance(last, FutoInError) and last.code == code:
+            raise last
+        err = FutoInError(code, state.get("error_info"))
+        if isinstance(last, BaseException):
+            raise err from last
+        raise err
+
+    # -- coroutine steps --------------------------------------------------------------------------
+
+    def _start_coroutine(self, step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> None:
+        step._status = _CORO
+        if step._ext is None:
+            step._ext = _Ext()
+        self.driver._start_coroutine(_run_coroutine, step, coro)
+
+
+async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> None:
+    """The task of an ``async def`` step: runs it in the step's own cancel scope."""
+    flow = step._flow
+    ext = step._ext
+    assert flow is not None and ext is not None
+    driver = flow.driver
+    error: Exception | None = None
+    result: Any = None
+    try:
+        if step._status is not _CORO:  # cancelled before its task could start
+            coro.close()
+            return
+        with CancelScope() as scope:
+            ext.scope = scope
+            try:
+                result = await coro
+            except get_cancelled_exc_class():
+                raise
+            except Exception as exc:
+                error = exc
+            except BaseException as exc:
+                driver._report_fatal(exc)
+                return
+        ext.scope = None
+    finally:
+        driver._coroutine_ended()
+    pending = ext.pending
+    if pending is not None:  # a timeout or external error waited for this task to end
+        ext.pending = None
+        if step._status is _CORO and flow.stack[-1] is step:
+            step._status = _WAIT
+            if flow._unwind(pending):
+                driver._schedule(flow)
+        return
+    if step._status is not _CORO or flow.finished:
+        return  # cancelled (parallel sibling failed, root cancelled): handlers already ran
+    if error is not None:
+        step._status = _EXEC
+        if flow._step_raised(error):
+            driver._schedule(flow)
+        return
+    if step._queue:
+        if result is not None:
+            step._status = _EXEC
+            if flow._step_raised(FutoInError(
+                    Errors.InternalError,
+                    "an async step returned a result and added sub-steps")):
+                driver._schedule(flow)
+            return
+        step._status = _SUBSTEPS
+    elif ext.waiting and result is None and ext.timer is None and ext.oncancel is None:
+        step._status = _WAIT
+        return
+    else:
+        flow.args = _NO_ARGS if result is None else (result,)
+        step._status = _DONE
+        flow.stack.pop()
+        _end_ext(step)
+    driver._schedule(flow)
+
+
+# -- parallel -------------------------------------------------------------------------------------
+
+
+class ParallelSteps:
+    """The object ``asi.parallel()`` returns: ``add()`` and ``sync()`` add branches."""
+
+    __slots__ = ("_branches", "_owner", "_started")
+
+    _branches: list[tuple[StepFunc, ErrorHandler | None]]
+    _owner: AsyncSteps
+
+    def __init__(self) -> None:
+        raise TypeError("ParallelSteps is created by AsyncSteps.parallel()")
+
+    @classmethod
+    def _create(cls, owner: AsyncSteps) -> ParallelSteps:
+        self: ParallelSteps = _new(cls)
+        self._branches = []
+        self._owner = owner
+        return self
+
+    def add(self, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
+        """Add a branch: a step that runs as its own flow; returns ``self`` for chaining."""
+        if not callable(func):
+            _internal(f"parallel add(): the step must be callable, got {type(func).__name__}")
+        if onerror is not None and not callable(onerror):
+            _internal(f"parallel add(): onerror must be callable, got {type(onerror).__name__}")
+        self._branches.append((func, onerror))
+        return self
+
+    def sync(self, obj: ISync, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
+        """Add a branch synchronised against ``obj``."""
+        return self.add(_SyncStep(obj, func, onerror))
+
+    @property
+    def state(self) -> State:
+        """The shared state of the root."""
+        return self._owner.state
+
+    def _run(self, asi: AsyncSteps, *args: Any) -> None:
+        branches = self._branches
+        if not branches:
+            return
+        flow = asi._flow
+        assert flow is not None
+        driver = flow.driver
+        run = _ParallelRun(asi, len(branches))
+        ext = asi._ext = _Ext()
+        ext.waiting = True
+        ext.par = run
+        flows = run.flows
+        root = flow.root
+        for branch in branches:
+            container = _new_frame(asi, flow, _SUBSTEPS)
+            container._queue = deque((branch,))
+            bflow = _Flow(driver, root, [container], run)
+            container._flow = bflow
+            flows.append(bflow)
+            driver._schedule(bflow)
+
+
+class _ParallelRun:
+    """One execution of a parallel step: its branch flows, joined by a counter."""
+
+    __slots__ = ("flows", "frame", "over", "remaining")
+
+    def __init__(self, frame: AsyncSteps, count: int) -> None:
+        self.frame = frame
+        self.flows: list[_Flow] = []
+        self.remaining = count
+        self.over = False
+
+    def branch_done(self) -> None:
+        self.remaining -= 1
+        if self.remaining or self.over:
+            return
+        self.over = True
+        frame = self.frame
+        flow = frame._flow
+        assert flow is not None and frame._ext is not None
+        frame._ext.par = None
+        frame._status = _DONE
+        flow.stack.pop()
+        _end_ext(frame)
+        flow.args = _NO_ARGS
+        flow.driver._schedule(flow)
+
+    def branch_failed(self, failed: _Flow, code: str) -> None:
+        if self.over:
+            return
+        self.over = True
+        frame = self.frame
+        assert frame._ext is not None
+        frame._ext.par = None
+        for flow in self.flows:
+            if flow is not failed:
+                flow._cancel()
+        parent = frame._flow
+        assert parent is not None
+        if parent._unwind(code):
+            parent.driver._schedule(parent)
+
+    def cancel_branches(self) -> None:
+        if self.over:
+            return
+        self.over = True
+        for flow in self.flows:
+            flow._cancel()
+
+
+# -- loops ------------------------------------------------------------------------------------------
+
+_LOOP, _REPEAT, _FOR_EACH = range(3)
+
+
+class _Loop:
+    """The step that runs a loop; its iterations are its sub-steps."""
+
+    __slots__ = ("data", "func", "kind", "label")
+
+    def __init__(self, kind: int, func: StepFunc, label: str | None, data: Any) -> None:
+        self.kind = kind
+        self.func = func
+        self.label = label
+        self.data = data
+
+    def __call__(self, asi: AsyncSteps, *args: Any) -> None:
+        kind = self.kind
+        it: Iterator[tuple[Any, ...]]
+        if kind == _REPEAT:
+            it = zip(range(self.data))
+        elif kind == _FOR_EACH:
+            data = self.data
+            it = iter(data.items()) if isinstance(data, Mapping) else enumerate(data)
+        else:
+            it = _forever(_NO_ARGS)
+        run = _LoopRun(it, self.label, (self.func, _loop_onerror))
+        ext = asi._ext = _Ext()
+        ext.loop = run
+        flow = asi._flow
+        assert flow is not None
+        run.next_iteration(asi, flow)
+
+
+class _LoopRun:
+    __slots__ = ("item", "it", "label")
+
+    def __init__(self, it: Iterator[tuple[Any, ...]], label: str | None,
+                 item: tuple[StepFunc, ErrorHandler]) -> None:
+        self.it = it
+        self.label = label
+        self.item = item
+
+    def next_iteration(self, frame: AsyncSteps, flow: _Flow) -> bool:
+        args = next(self.it, None)
+        if args is None:
+            flow.args = _NO_ARGS  # a loop that ends normally succeeds with no arguments
+            return False
+        flow.args = args
+        q = frame._queue
+        if q is None:
+            q = frame._queue = deque()
+        q.append(self.item)
+        return True
+
+
+def _loop_onerror(asi: AsyncSteps, code: str) -> None:
+    """The error handler of each iteration: catches break/continue aimed at this loop."""
+    if code != Errors.LoopBreak and code != Errors.LoopCont:
+        return
+    frame = asi._parent
+    flow = asi._flow
+    assert frame is not None and flow is not None and frame._ext is not None
+    run = frame._ext.loop
+    assert run is not None
+    label = flow.loop_label
+    if label is not None and label != run.label:
+        return
+    flow.loop_label = None
+    if code == Errors.LoopBreak:
+        run.it = iter(())
+    asi.success()
+
+
+# -- small step callables ---------------------------------------------------------------------------
+
+
+class _SuccessStep:
+    __slots__ = ("args",)
+
+    def __init__(self, args: tuple[Any, ...]) -> None:
+        self.args = args
+
+    def __call__(self, asi: AsyncSteps, *_: Any) -> None:
+        asi.success(*self.args)
+
+
+class _AwaitStep:
+    __slots__ = ("aw",)
+
+    def __init__(self, aw: Awaitable[Any]) -> None:
+        self.aw = aw
+
+    def __call__(self, asi: AsyncSteps, *_: Any) -> Coroutine[Any, Any, Any]:
+        return self._wait()
+
+    async def _wait(self) -> Any:
+        return await self.aw
+
+
+class _SyncStep:
+    __slots__ = ("func", "obj", "onerror")
+
+    def __init__(self, obj: ISync, func: StepFunc, onerror: ErrorHandler | None) -> None:
+        self.obj = obj
+        self.func = func
+        self.onerror = onerror
+
+    def __call__(self, asi: AsyncSteps, *_: Any) -> None:
+        asi.sync(self.obj, self.func, self.onerror)
+
+
+# -- helpers for the sync primitives and the binary bridge ----------------------------------------
+
+
+def root_id(asi: AsyncSteps) -> int:
+    """A number identifying the root of ``asi`` (the same for all its steps)."""
+    flow = asi._flow
+    return id(flow.root if flow is not None else asi)
+
+
+def flow_key(asi: AsyncSteps) -> object:
+    """The identity of the sequential flow ``asi`` belongs to: a root, or one parallel branch."""
+    flow = asi._flow
+    return flow if flow is not None else asi

@@ -1,0 +1,44 @@
+"""The state object shared by a root and all its steps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ("State",)
+
+
+class State(dict[str, Any]):
+    """A ``dict`` with attribute access, shared by a root, its steps and parallel branches.
+
+    ``state.x is state["x"]``; calling the state returns it, so the spec's ``asi.state()`` works.
+    Pre-defined keys: ``error_info``, ``last_exception`` and ``async_stack``.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.setdefault("error_info", None)
+        self.setdefault("last_exception", None)
+        self.setdefault("async_stack", [])
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(f"state has no variable {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        try:
+            del self[name]
+        except KeyError:
+            raise AttributeError(f"state has no variable {name!r}") from None
+
+    def __call__(self) -> State:
+        return self
+
+    def __repr__(self) -> str:
+        return f"State({dict.__repr__(self)})"

@@ -1,0 +1,471 @@
+"""AsyncTool: the event-loop interface of FTN12 §2.6, and the driver that runs flows.
+
+One :class:`AsyncTool` is one *driver*: a single coroutine that runs many flows (roots and
+parallel branches) as plain function calls, keeps their timers in one heap, and yields to the
+event loop about every :data:`BURST` steps. ``await asi.promise()`` runs a private driver in the
+calling task; ``async with AsyncTool()`` runs a shared one in its own task for ``execute()``.
+Coroutine steps are the only thing that get real tasks, in the driver's task group, which is
+opened the first time one is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections import deque
+from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from threading import get_ident
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, final
+
+import anyio
+from anyio import CancelScope, create_task_group, get_cancelled_exc_class, sleep_forever
+from anyio.abc import TaskGroup
+from anyio.lowlevel import checkpoint, current_token
+
+from ._errors import Errors, FutoInError
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
+if TYPE_CHECKING:
+    from ._engine import _Flow
+
+__all__ = ("AsyncTool", "AsyncToolStatistics", "Handle")
+
+logger = logging.getLogger("futoin_anyio")
+
+#: Steps (and immediate callbacks) a driver runs before it yields to the event loop.
+BURST = 100
+
+_current_tool: ContextVar[AsyncTool | None] = ContextVar("futoin_anyio_tool", default=None)
+
+
+@final
+class Handle:
+    """A callback scheduled by :meth:`AsyncTool.immediate` or :meth:`AsyncTool.deferred`."""
+
+    __slots__ = ("_args", "_func", "_tool")
+
+    _tool: AsyncTool | None
+    _func: Callable[..., object]
+    _args: tuple[Any, ...]
+
+    def cancel(self) -> None:
+        """Cancel the callback; a no-op if it already ran or was cancelled."""
+        tool = self._tool
+        if tool is not None:
+            self._tool = None
+            tool._pending -= 1
+
+    def is_valid(self) -> bool:
+        """``True`` while the callback is still scheduled."""
+        return self._tool is not None
+
+    def __bool__(self) -> bool:
+        return self._tool is not None
+
+    def __repr__(self) -> str:
+        state = "scheduled" if self._tool is not None else "done"
+        return f"<Handle {getattr(self._func, '__qualname__', self._func)!r} {state}>"
+
+
+@final
+@dataclass(frozen=True)
+class AsyncToolStatistics:
+    """A snapshot of an :class:`AsyncTool`'s load."""
+
+    #: Roots started with ``execute()`` that have not finished yet.
+    roots: int
+    #: Flows ready to run now.
+    ready: int
+    #: Callbacks and timeouts scheduled and not yet run or cancelled.
+    scheduled: int
+    #: Coroutine steps running as tasks.
+    tasks: int
+
+
+@final
+class AsyncTool:
+    """The AsyncTool event-loop interface (FTN12 §2.6) bound to the running AnyIO event loop.
+
+    Use ``async with AsyncTool() as tool:`` to start roots with ``asi.execute()``; the block exits
+    when every root it started, and every callback scheduled on it, is done. If the block is left
+    by an exception or a cancellation, the roots still running are cancelled (their cancel
+    handlers run) first.
+    """
+
+    __slots__ = (
+        "_closing",
+        "_coro_tasks",
+        "_current",
+        "_fatal",
+        "_immediates",
+        "_need_tg",
+        "_pending",
+        "_pending_coros",
+        "_public",
+        "_roots",
+        "_runq",
+        "_seq",
+        "_serve_scope",
+        "_sleep_scope",
+        "_tg",
+        "_thread",
+        "_threadsafe",
+        "_timers",
+        "_token",
+        "_ctx_token",
+    )
+
+    def __init__(self) -> None:
+        self._public = True
+        self._init()
+
+    @classmethod
+    def _private(cls) -> AsyncTool:
+        """A driver for one ``promise()`` call, run inline in the awaiting task."""
+        self = cls.__new__(cls)
+        self._public = False
+        self._init()
+        return self
+
+    def _init(self) -> None:
+        self._runq: deque[_Flow] = deque()
+        self._immediates: deque[Handle] = deque()
+        self._timers: list[tuple[float, int, Handle]] = []
+        self._seq = 0
+        self._pending = 0  # scheduled handles not yet run or cancelled
+        self._sleep_scope: CancelScope | None = None
+        self._serve_scope: CancelScope | None = None
+        self._thread: int | None = None
+        self._threadsafe: Callable[[Callable[[], object]], object] | None = None
+        self._tg: TaskGroup | None = None
+        self._need_tg = False
+        self._pending_coros: list[tuple[Callable[..., Coroutine[Any, Any, None]], tuple[Any, ...]]] = []
+        self._coro_tasks = 0
+        self._roots: set[_Flow] = set()
+        self._current: _Flow | None = None
+        self._closing = False
+        self._fatal: BaseException | None = None
+        self._token: object = None
+        self._ctx_token: Any = None
+
+    # -- the FTN12 §2.6 interface -------------------------------------------------------------
+
+    def immediate(self, func: Callable[[], object]) -> Handle:
+        """Schedule ``func()`` to run soon on the loop's thread; callable from any thread."""
+        if not callable(func):
+            raise TypeError(f"immediate() needs a callable, got {type(func).__name__}")
+        handle = Handle.__new__(Handle)
+        handle._func = func
+        handle._args = ()
+        handle._tool = self
+        if self._thread is None or get_ident() == self._thread:
+            self._pending += 1
+            self._immediates.append(handle)
+            self._wake()
+        else:
+            self._from_thread(self._adopt_immediate, handle)
+        return handle
+
+    def deferred(self, delay_ms: float, func: Callable[[], object]) -> Handle:
+        """Schedule ``func()`` after ``delay_ms`` milliseconds of the event loop's clock."""
+        if not callable(func):
+            raise TypeError(f"deferred() needs a callable, got {type(func).__name__}")
+        delay = _check_ms("deferred() delay", delay_ms)
+        self._require_running("deferred()")
+        if get_ident() != self._thread:
+            raise RuntimeError("deferred() must be called on the event loop's thread")
+        return self._call_later(delay, func)
+
+    def cancel(self, handle: Handle) -> None:
+        """Cancel a scheduled callback; a no-op if it already ran."""
+        handle.cancel()
+
+    def is_valid(self, handle: Handle) -> bool:
+        """``True`` while ``handle`` is still scheduled."""
+        return handle._tool is not None
+
+    def is_same_thread(self) -> bool:
+        """``True`` when called on the thread of the event loop this tool is bound to."""
+        return self._thread is not None and get_ident() == self._thread
+
+    def statistics(self) -> AsyncToolStatistics:
+        """Return the tool's current load."""
+        return AsyncToolStatistics(
+            roots=len(self._roots),
+            ready=len(self._runq),
+            scheduled=self._pending,
+            tasks=self._coro_tasks + len(self._pending_coros),
+        )
+
+    # -- async context manager ----------------------------------------------------------------
+
+    async def __aenter__(self) -> AsyncTool:
+        if not self._public:
+            raise RuntimeError("this AsyncTool belongs to a promise() and cannot be entered")
+        if self._thread is not None or self._closing:
+            raise RuntimeError("an AsyncTool can be entered only once")
+        self._bind()
+        self._ctx_token = _current_tool.set(self)
+        self._need_tg = True
+        self._tg = create_task_group()
+        await self._tg.__aenter__()
+        await self._tg.start(self._serve)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        _current_tool.reset(self._ctx_token)
+        self._closing = True
+        if exc is not None:
+            self._cancel_all()
+        self._wake()
+        tg = self._tg
+        assert tg is not None
+        try:
+            return await tg.__aexit__(exc_type, exc, tb)
+        except BaseException as err:
+            self._cancel_all()
+            raise _unwrap_group(err) from None
+        finally:
+            self._tg = None
+            fatal = self._fatal
+            if fatal is not None and exc is None:
+                self._fatal = None
+                raise fatal
+
+    # -- driver ---------------------------------------------------------------------------------
+
+    def _bind(self) -> None:
+        self._thread = get_ident()
+        native = current_token().native_token
+        run_soon = getattr(native, "run_sync_soon", None)  # trio
+        if run_soon is None:
+            run_soon = native.call_soon_threadsafe  # asyncio
+        self._threadsafe = run_soon
+
+    def _require_running(self, what: str) -> None:
+        if self._thread is None:
+            raise FutoInError(Errors.InternalError, f"{what}: the AsyncTool is not running")
+
+    def _from_thread(self, func: Callable[..., object], *args: Any) -> None:
+        threadsafe = self._threadsafe
+        assert threadsafe is not None
+        try:
+            threadsafe(lambda: func(*args))
+        except RuntimeError as err:  # the loop is closed or closing
+            raise FutoInError(
+                Errors.InternalError, f"the event loop is no longer running: {err}"
+            ) from err
+
+    def _adopt_immediate(self, handle: Handle) -> None:
+        if handle._tool is self:
+            self._pending += 1
+            self._immediates.append(handle)
+            self._wake()
+
+    def _call_later(self, delay_s: float, func: Callable[..., object], *args: Any) -> Handle:
+        handle = Handle.__new__(Handle)
+        handle._func = func
+        handle._args = args
+        handle._tool = self
+        self._pending += 1
+        self._seq += 1
+        deadline = anyio.current_time() + delay_s
+        timers = self._timers
+        if not timers or deadline < timers[0][0]:
+            self._wake()
+        heappush(timers, (deadline, self._seq, handle))
+        return handle
+
+    def _schedule(self, flow: _Flow) -> None:
+        """Put a flow that can go on into the run queue."""
+        if not flow.queued:
+            flow.queued = True
+            self._runq.append(flow)
+            scope = self._sleep_scope
+            if scope is not None:
+                self._sleep_scope = None
+                scope.cancel()
+
+    def _wake(self) -> None:
+        scope = self._sleep_scope
+        if scope is not None:
+            self._sleep_scope = None
+            scope.cancel()
+
+    def _start_coroutine(
+        self, runner: Callable[..., Coroutine[Any, Any, None]], *args: Any
+    ) -> None:
+        tg = self._tg
+        if tg is None:
+            self._pending_coros.append((runner, args))
+            self._need_tg = True
+            self._wake()
+        else:
+            self._coro_tasks += 1
+            tg.start_soon(runner, *args)
+
+    def _coroutine_ended(self) -> None:
+        self._coro_tasks -= 1
+
+    def _tick(self) -> None:
+        """Run ready callbacks and flows for one burst."""
+        budget = BURST
+        imm = self._immediates
+        while imm and budget > 0:
+            handle = imm.popleft()
+            budget -= 1
+            if handle._tool is None:
+                continue
+            handle._tool = None
+            self._pending -= 1
+            _run_callback(handle)
+        runq = self._runq
+        while runq and budget > 0:
+            flow = runq.popleft()
+            flow.queued = False
+            self._current = flow
+            try:
+                budget = flow.run(budget)
+            finally:
+                self._current = None
+        if self._timers:
+            self._fire_timers()
+
+    def _fire_timers(self) -> None:
+        timers = self._timers
+        now = anyio.current_time()
+        while timers and timers[0][0] <= now:
+            handle = heappop(timers)[2]
+            if handle._tool is None:
+                continue
+            handle._tool = None
+            self._pending -= 1
+            _run_callback(handle)
+
+    def _next_deadline(self) -> float:
+        timers = self._timers
+        while timers and timers[0][2]._tool is None:
+            heappop(timers)
+        return timers[0][0] if timers else math.inf
+
+    async def _idle(self) -> None:
+        """Sleep until woken (a flow or callback became ready) or the nearest timer is due."""
+        with CancelScope(deadline=self._next_deadline()) as scope:
+            self._sleep_scope = scope
+            await sleep_forever()
+        self._sleep_scope = None
+        if self._timers:
+            self._fire_timers()
+
+    async def _loop(self, done: Callable[[], bool]) -> None:
+        """Run until ``done()``; return early if a coroutine step needs the task group."""
+        while not done():
+            if self._fatal is not None:
+                raise self._fatal
+            if self._need_tg and self._tg is None:
+                return
+            if self._runq or self._immediates:
+                self._tick()
+                await checkpoint()
+            else:
+                await self._idle()
+
+    async def _drive(self, done: Callable[[], bool]) -> None:
+        """Run flows in the calling task until ``done()``; the driver of ``promise()``."""
+        self._bind()
+        await self._loop(done)
+        if self._tg is None and (self._need_tg or self._pending_coros):
+            async with create_task_group() as tg:
+                self._tg = tg
+                self._start_pending_coros()
+                await self._loop(done)
+                # Coroutines of finished flows were cancelled; the group waits for them.
+            self._tg = None
+        fatal = self._fatal
+        if fatal is not None:
+            self._fatal = None
+            raise fatal
+
+    def _start_pending_coros(self) -> None:
+        pending = self._pending_coros
+        self._pending_coros = []
+        for runner, args in pending:
+            self._start_coroutine(runner, *args)
+
+    async def _serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """The long-lived driver of a public AsyncTool."""
+        with CancelScope() as scope:
+            self._serve_scope = scope
+            self._tg_ready()
+            task_status.started()
+            try:
+                await self._loop(self._served)
+            except BaseException:
+                self._cancel_all()
+                raise
+
+    def _tg_ready(self) -> None:
+        self._need_tg = False
+        self._start_pending_coros()
+
+    def _served(self) -> bool:
+        return self._closing and not self._roots and not self._pending and not self._runq
+
+    def _cancel_all(self) -> None:
+        """Cancel every root this tool runs (their cancel handlers run), drop its callbacks."""
+        for flow in list(self._roots):
+            flow.cancel_root(Errors.Cancelled)
+        for handle in self._immediates:
+            handle._tool = None
+        self._immediates.clear()
+        for entry in self._timers:
+            entry[2]._tool = None
+        self._timers.clear()
+        self._pending = 0
+
+    def _report_fatal(self, exc: BaseException) -> None:
+        """A BaseException (KeyboardInterrupt…) escaped a coroutine step: re-raise it in the driver."""
+        if self._fatal is None:
+            self._fatal = exc
+        self._wake()
+
+
+def _run_callback(handle: Handle) -> None:
+    try:
+        handle._func(*handle._args)
+    except Exception:
+        logger.exception("AsyncTool callback %r raised", handle._func)
+
+
+def _check_ms(what: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{what} must be a number of milliseconds, got {type(value).__name__}")
+    if value < 0 or value != value:
+        raise ValueError(f"{what} must be >= 0 milliseconds, got {value!r}")
+    return float(value) / 1000.0
+
+
+def _unwrap_group(err: BaseException) -> BaseException:
+    """Never let an ExceptionGroup built by our own task group reach the user."""
+    cancelled = get_cancelled_exc_class()
+    while isinstance(err, BaseExceptionGroup):
+        inner = [e for e in err.exceptions if not isinstance(e, cancelled)] or list(err.exceptions)
+        err = inner[0]
+    return err
+
+
+def current_tool() -> AsyncTool | None:
+    """The AsyncTool of the innermost ``async with AsyncTool()`` block, if any."""
+    return _current_tool.get()
