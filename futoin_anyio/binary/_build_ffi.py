@@ -316,7 +316,7 @@ extern "Python" {
     void* ftnpy_py_alloc_cb(void* data);
     void ftnpy_py_state_cleanup_cb(void* data, void* value);
     void ftnpy_py_stack_cleanup_cb(void* value);
-    void ftnpy_py_sync_lock_cb(FutoInAsyncSteps* bsi, FutoInSync* sync);
+    void ftnpy_py_unhandled_cb(FutoInAsyncSteps* bsi, void* data, const char* code);
 }
 """
 

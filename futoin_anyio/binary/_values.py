@@ -216,7 +216,7 @@ def _infer(value: Any) -> int:
 
 
 def _infer_array(items: list[Any] | tuple[Any, ...]) -> int:
-    kinds = set()
+    kinds: set[type] = set()
     for item in items:
         if item is True or item is False:
             kinds.add(bool)
@@ -318,7 +318,9 @@ def _check_int(value: Any, ctype: str) -> int:
 def emit_args(args: tuple[Any, ...], owned: bool, keep: list[Any]) -> Any:
     """A new ``FutoInArgs *`` holding ``args`` (at most :data:`MAX_ARGS`)."""
     if len(args) > MAX_ARGS:
-        raise TypeError(f"the binary interface passes at most {MAX_ARGS} arguments, got {len(args)}")
+        raise TypeError(
+            f"the binary interface passes at most {MAX_ARGS} arguments, got {len(args)}"
+        )
     cargs = ffi.new("FutoInArgs *")
     slots = cargs.args
     try:
@@ -338,7 +340,7 @@ def receive(slot: Any, owned: bool) -> Any:
     """
     tp = slot.type
     try:
-        value = _convert(slot, tp)
+        value = _convert(slot, tp, owned)
     except BaseException:
         if owned:
             lib.ftnpy_reset(slot)
@@ -355,7 +357,7 @@ def receive(slot: Any, owned: bool) -> Any:
     return value
 
 
-def _convert(slot: Any, tp: Any) -> Any:
+def _convert(slot: Any, tp: Any, owned: bool) -> Any:
     flags = tp.flags
     base, cx = flags & FTN_BASE_TYPE_MASK, flags & FTN_COMPLEX_TYPE_MASK
     if cx == 0:
@@ -366,9 +368,9 @@ def _convert(slot: Any, tp: Any) -> Any:
         if string is not None:
             return _string(slot, base, string)
         if base == FTN_TYPE_CUSTOM_OBJECT:
-            if tp == _PYOBJ_PLAIN or tp == _PYOBJ_OWNED:
+            if tp in (_PYOBJ_PLAIN, _PYOBJ_OWNED):
                 return ffi.from_handle(slot.custom_data)
-            return ForeignObject._create(slot, owned=True)
+            return ForeignObject._create(slot, owned)
     elif cx == FTN_TYPE_ARRAY and base in _SCALARS:
         count = int(slot.length)
         if count == 0:
@@ -398,7 +400,8 @@ def _string(slot: Any, base: int, spec: tuple[str, str, int, str]) -> str:
             count = lib.ftnpy_strlen32(ptr)
     raw = ffi.buffer(ptr, count * size)[:]
     try:
-        return raw.decode(codec)
+        text: str = raw.decode(codec)
+        return text
     except UnicodeDecodeError as exc:
         raise ValueError(f"invalid {codec.upper()[:6]} string: {exc.reason}") from None
 
