@@ -1,0 +1,135 @@
+"""Limiter: concurrency and rate limits together, for request processing (FTN12 §1.11.7, §2.5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, final
+
+from ._engine import AsyncSteps, ErrorHandler, StepFunc
+from ._mutex import Mutex
+from ._sync_common import (
+    check_count,
+    check_period,
+    check_queue,
+    check_section,
+    lazy_binary,
+    task_key,
+)
+from ._throttle import Throttle
+
+__all__ = ("Limiter", "LimiterStatistics")
+
+
+@final
+@dataclass(frozen=True)
+class LimiterStatistics:
+    """A snapshot of a :class:`Limiter`, as returned by :meth:`Limiter.statistics`."""
+
+    #: Flows and tasks inside (holding one of the ``concurrent`` places).
+    held: int
+    #: Flows and tasks waiting for a place (at most ``max_queue``).
+    waiting: int
+    #: Flows and tasks holding a place and waiting for the rate (at most ``burst``).
+    rate_waiting: int
+    #: Entries let in during the current rate period.
+    entries: int
+    #: Entries refused with ``DefenseRejected``, by either limit, since creation.
+    rejected: int
+
+
+class _Section:
+    """The critical section of the Limiter's Mutex: the Throttle's ``sync()`` of ``func``."""
+
+    __slots__ = ("func", "onerror", "throttle")
+
+    def __init__(self, throttle: Throttle, func: StepFunc, onerror: ErrorHandler | None) -> None:
+        self.throttle = throttle
+        self.func = func
+        self.onerror = onerror
+
+    def __call__(self, asi: AsyncSteps, *_: Any) -> None:
+        # The Throttle's step is this step's first sub-step: it receives the incoming arguments.
+        self.throttle.sync(asi, self.func, self.onerror)
+
+    def __repr__(self) -> str:
+        return f"<Limiter.sync {self.func!r}>"
+
+
+@final
+class Limiter:
+    """Processing limits in one primitive (FTN12 §1.11.7, §2.5): a Mutex and a Throttle.
+
+    An entry first takes one of ``concurrent`` places (at most ``max_queue`` flows wait for
+    one), then one of ``rate`` entries per ``period_ms`` (at most ``burst`` flows wait for the
+    rate, while holding their place). A full queue fails the entry with ``DefenseRejected``:
+    with the defaults, a second flow arriving while one is inside, or a second entry in the
+    same second, is rejected. The place is released when the section ends, fails or is
+    cancelled.
+
+    Use it through ``asi.sync(limiter, func, onerror)``, or from plain AnyIO code as
+    ``async with limiter:``; both share the same limits, so one Limiter protects flows and
+    ordinary tasks together. Not thread-safe: use it from the thread of one event loop.
+
+    :param concurrent: flows inside at once (``>= 1``).
+    :param max_queue: flows waiting for a place (``>= 0``); ``None`` for no limit.
+    :param rate: entries per period (``>= 1``).
+    :param period_ms: the rate period in milliseconds (``> 0``).
+    :param burst: flows waiting for the rate (``>= 0``); ``None`` for no limit.
+    :raises TypeError: if a count is not an ``int`` or the period not a number.
+    :raises ValueError: if a count or the period is out of range.
+    """
+
+    __slots__ = ("__weakref__", "_mutex", "_throttle")
+
+    def __init__(self, concurrent: int = 1, max_queue: int | None = 0, rate: int = 1,
+                 period_ms: float = 1000, burst: int | None = 0) -> None:
+        concurrent = check_count("Limiter", "concurrent", concurrent, 1)
+        max_queue = check_queue("Limiter", "max_queue", max_queue)
+        rate = check_count("Limiter", "rate", rate, 1)
+        period_ms = check_period("Limiter", "period_ms", period_ms)
+        burst = check_queue("Limiter", "burst", burst)
+        self._mutex = Mutex(concurrent, max_queue)
+        self._throttle = Throttle(rate, period_ms, burst)
+
+    # -- ISync ------------------------------------------------------------------------------------
+
+    def sync(self, asi: AsyncSteps, func: StepFunc, onerror: ErrorHandler | None = None) -> None:
+        """Add a step to ``asi`` that runs ``func`` within both limits (FTN12 §1.11.3).
+
+        ``func`` receives the incoming success arguments; its result goes to the following step
+        as if there were no Limiter. ``onerror`` is ``func``'s error handler.
+        """
+        check_section("Limiter", func, onerror)
+        self._mutex.sync(asi, _Section(self._throttle, func, onerror))
+
+    # -- plain AnyIO ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> None:
+        mutex = self._mutex
+        await mutex.__aenter__()
+        try:
+            await self._throttle.__aenter__()
+        except BaseException:
+            mutex._release(task_key())
+            raise
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self._mutex._release(task_key(), "Limiter.__aexit__()")
+
+    # -- introspection ----------------------------------------------------------------------------
+
+    def statistics(self) -> LimiterStatistics:
+        """Return how many are inside, wait for a place, wait for the rate, and were rejected."""
+        m = self._mutex.statistics()
+        t = self._throttle.statistics()
+        return LimiterStatistics(held=m.held, waiting=m.waiting, rate_waiting=t.waiting,
+                                 entries=t.entries, rejected=m.rejected + t.rejected)
+
+    def binary(self) -> Any:
+        """The ``FutoInSync *`` of this Limiter for C code (see :mod:`futoin_anyio.binary`)."""
+        return lazy_binary(self)
+
+    def __repr__(self) -> str:
+        return f"<Limiter {self._mutex!r} {self._throttle!r}>"

@@ -1,0 +1,276 @@
+"""Mutex: at most ``max`` flows (or tasks) inside a critical section (FTN12 §1.11.1, §2.3)."""
+
+from __future__ import annotations
+
+from collections import deque
+from contextlib import suppress
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, final
+
+from anyio import Event
+from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
+
+from ._engine import AsyncSteps, ErrorHandler, StepFunc, flow_key
+from ._errors import Errors
+from ._sync_common import (
+    DONE,
+    HELD,
+    NEW,
+    QUEUED,
+    check_count,
+    check_queue,
+    check_section,
+    lazy_binary,
+    rejected,
+    task_key,
+)
+
+__all__ = ("Mutex", "MutexStatistics")
+
+
+@final
+@dataclass(frozen=True)
+class MutexStatistics:
+    """A snapshot of a :class:`Mutex`, as returned by :meth:`Mutex.statistics`."""
+
+    #: Flows and tasks inside the critical section (a re-entered one counts once).
+    held: int
+    #: Flows and tasks waiting in the queue.
+    waiting: int
+    #: Entries refused with ``DefenseRejected`` since the Mutex was created.
+    rejected: int
+    #: The ``max`` given to the constructor.
+    max: int
+    #: The ``max_queue`` given to the constructor (``None``: unlimited).
+    max_queue: int | None
+
+
+class _Waiter:
+    """One entry into the Mutex: a flow's ``sync()`` step, or one ``async with``."""
+
+    __slots__ = ("args", "asi", "event", "key", "mutex", "state")
+
+    def __init__(self, mutex: Mutex, key: object) -> None:
+        self.mutex = mutex
+        self.key = key
+        self.state = NEW
+        self.asi: AsyncSteps | None = None  # the waiting step of a queued flow
+        self.args: tuple[Any, ...] = ()
+        self.event: Event | None = None  # the Event of a queued task
+
+    # -- the steps and the cancel handler of a flow's entry --------------------------------------
+
+    def wait(self, asi: AsyncSteps, *args: Any) -> None:
+        """The step that waits for a permit when none was free on entry."""
+        mutex = self.mutex
+        if mutex._acquire_nowait(self.key):
+            self.state = HELD
+            asi.success(*args)
+            return
+        if mutex._full():
+            mutex._rejected += 1
+            asi.error(Errors.DefenseRejected, "Mutex queue limit")
+        self.asi = asi
+        self.args = args
+        self.state = QUEUED
+        mutex._queue.append(self)
+        asi.wait_external()
+
+    def leave(self, asi: AsyncSteps, *args: Any) -> None:
+        """The step after the critical section: release, pass the section's result on."""
+        if self.state is HELD:
+            self.state = DONE
+            self.mutex._release(self.key)
+        asi.success(*args)
+
+    def abandon(self, asi: AsyncSteps) -> None:
+        """Cancel handler of the whole entry: the flow was cancelled or failed, queued or inside."""
+        state = self.state
+        self.state = DONE
+        if state is QUEUED:
+            self.asi = None
+            self.mutex._dequeue(self)
+        elif state is HELD:
+            self.mutex._release(self.key)
+
+    def __repr__(self) -> str:
+        return f"<Mutex entry {('new', 'queued', 'held', 'done')[self.state]}>"
+
+
+class _Section:
+    """The step ``sync()`` adds: enter, then the critical section, then leave."""
+
+    __slots__ = ("func", "mutex", "onerror")
+
+    def __init__(self, mutex: Mutex, func: StepFunc, onerror: ErrorHandler | None) -> None:
+        self.mutex = mutex
+        self.func = func
+        self.onerror = onerror
+
+    def __call__(self, asi: AsyncSteps, *_: Any) -> None:
+        # The engine calls the first sub-step with this step's own arguments: ``func`` (or
+        # ``waiter.wait``, which passes them on with success()) receives the incoming ones.
+        mutex = self.mutex
+        waiter = _Waiter(mutex, flow_key(asi))
+        asi.set_cancel(waiter.abandon)  # runs on cancellation and on error unwinding alike
+        if mutex._acquire_nowait(waiter.key):
+            waiter.state = HELD
+        else:
+            asi.add(waiter.wait)
+        asi.add(self.func, self.onerror)
+        asi.add(waiter.leave)
+
+    def __repr__(self) -> str:
+        return f"<Mutex.sync {self.func!r}>"
+
+
+@final
+class Mutex:
+    """Mutual exclusion for AsyncSteps flows and AnyIO tasks (FTN12 §1.11.1, §2.3).
+
+    At most ``max`` flows are inside the critical section at once; the others wait in FIFO
+    order. With ``max_queue``, an entry that would make the queue longer than that fails at once
+    with ``DefenseRejected``. Use it through ``asi.sync(mutex, func, onerror)``; the same object
+    also works from plain AnyIO code as ``async with mutex:``, sharing the same permits, queue
+    and limits, so one Mutex protects flows and ordinary tasks together.
+
+    A flow (a root or one parallel branch) that holds the Mutex may enter it again; it leaves
+    when every entry has left. Parallel branches are separate flows and inherit no lock. Likewise
+    a task may nest ``async with mutex:`` (child tasks inherit nothing). A flow or task that is
+    cancelled or fails while waiting leaves the queue; one that is cancelled or fails inside
+    releases its place.
+
+    The primitive is not thread-safe: use it from the thread of one event loop.
+
+    :param max: how many flows may be inside at once (``>= 1``).
+    :param max_queue: how many may wait (``>= 0``); ``None`` for no limit.
+    :raises TypeError: if an argument is not an ``int`` (or ``None`` for ``max_queue``).
+    :raises ValueError: if ``max < 1`` or ``max_queue < 0``.
+    """
+
+    __slots__ = ("__weakref__", "_held", "_max", "_max_queue", "_owners", "_queue", "_rejected")
+
+    def __init__(self, max: int = 1, max_queue: int | None = None) -> None:
+        self._max = check_count("Mutex", "max", max, 1)
+        self._max_queue = check_queue("Mutex", "max_queue", max_queue)
+        self._held = 0
+        self._rejected = 0
+        self._owners: dict[object, int] = {}
+        self._queue: deque[_Waiter] = deque()
+
+    # -- ISync ------------------------------------------------------------------------------------
+
+    def sync(self, asi: AsyncSteps, func: StepFunc, onerror: ErrorHandler | None = None) -> None:
+        """Add a step to ``asi`` that runs ``func`` inside this Mutex (FTN12 §1.11.3).
+
+        ``func`` receives the incoming success arguments; its result goes to the following step
+        as if there were no Mutex. ``onerror`` is ``func``'s error handler. A full queue fails
+        the added step with ``DefenseRejected``.
+        """
+        check_section("Mutex", func, onerror)
+        asi.add(_Section(self, func, onerror))
+
+    # -- plain AnyIO ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> None:
+        key = task_key()
+        await checkpoint_if_cancelled()
+        if self._acquire_nowait(key):
+            await cancel_shielded_checkpoint()
+            return
+        if self._full():
+            self._rejected += 1
+            raise rejected("Mutex")
+        waiter = _Waiter(self, key)
+        event = waiter.event = Event()
+        waiter.state = QUEUED
+        self._queue.append(waiter)
+        try:
+            await event.wait()
+        except BaseException:
+            if waiter.state is QUEUED:
+                waiter.state = DONE
+                self._dequeue(waiter)
+            elif waiter.state is HELD:  # let in, but cancelled before it could resume
+                waiter.state = DONE
+                self._release(key)
+            raise
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self._release(task_key(), "Mutex.__aexit__()")
+
+    # -- introspection ----------------------------------------------------------------------------
+
+    def statistics(self) -> MutexStatistics:
+        """Return how many flows are inside, how many wait, and how many were rejected."""
+        return MutexStatistics(held=self._held, waiting=len(self._queue),
+                               rejected=self._rejected, max=self._max, max_queue=self._max_queue)
+
+    def binary(self) -> Any:
+        """The ``FutoInSync *`` of this Mutex for C code (see :mod:`futoin_anyio.binary`)."""
+        return lazy_binary(self)
+
+    def __repr__(self) -> str:
+        return (f"<Mutex max={self._max} max_queue={self._max_queue} held={self._held} "
+                f"waiting={len(self._queue)}>")
+
+    # -- internals (also used by Limiter) ---------------------------------------------------------
+
+    def _full(self) -> bool:
+        limit = self._max_queue
+        return limit is not None and len(self._queue) >= limit
+
+    def _acquire_nowait(self, key: object) -> bool:
+        owners = self._owners
+        count = owners.get(key)
+        if count is not None:  # re-entrance by the same flow or task
+            owners[key] = count + 1
+            return True
+        if self._held < self._max:  # a free permit implies an empty queue
+            self._held += 1
+            owners[key] = 1
+            return True
+        return False
+
+    def _release(self, key: object, what: str | None = None) -> None:
+        owners = self._owners
+        count = owners.get(key)
+        if count is None:
+            raise RuntimeError(f"{what or 'Mutex'}: the Mutex is not held by this task")
+        if count > 1:
+            owners[key] = count - 1
+            return
+        del owners[key]
+        self._held -= 1
+        self._grant()
+
+    def _grant(self) -> None:
+        """Hand free permits to the head of the queue."""
+        queue = self._queue
+        owners = self._owners
+        while queue and self._held < self._max:
+            waiter = queue.popleft()
+            asi = waiter.asi
+            if asi is not None:
+                waiter.asi = None
+                if not asi:  # out of service: its cancel handler is about to run
+                    waiter.state = DONE
+                    continue
+                waiter.state = HELD
+                self._held += 1
+                owners[waiter.key] = 1
+                args = waiter.args
+                waiter.args = ()
+                asi.success(*args)
+            else:
+                waiter.state = HELD
+                self._held += 1
+                owners[waiter.key] = 1
+                assert waiter.event is not None
+                waiter.event.set()
+
+    def _dequeue(self, waiter: _Waiter) -> None:
+        with suppress(ValueError):  # already skipped by _grant()
+            self._queue.remove(waiter)

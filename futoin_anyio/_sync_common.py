@@ -1,0 +1,80 @@
+"""Shared parts of the synchronisation primitives (:class:`Mutex`, :class:`Throttle`,
+:class:`Limiter`): argument checks, waiter states and the key of a plain AnyIO task.
+
+Every primitive keeps one FIFO queue of waiters. A waiter is either an AsyncSteps *flow* (its
+waiting step is completed with ``success()`` when it is let in, which puts the flow back on its
+driver's run queue) or a plain AnyIO *task* (it waits on an :class:`anyio.Event` of its own). The
+state of the waiter decides, when it is cancelled or fails, whether it leaves the queue or gives
+its place back; this is what makes "no permit lost or doubled" hold under any interleaving.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Final
+
+from anyio import get_current_task
+
+from ._errors import Errors, FutoInError
+
+__all__ = ()
+
+# Waiter / entry states.
+NEW: Final = 0  # created, neither queued nor inside
+QUEUED: Final = 1  # in the primitive's queue
+HELD: Final = 2  # let in (a Mutex permit is held, or a Throttle entry is counted)
+DONE: Final = 3  # gone: released, left the queue, or skipped as out of service
+
+
+def check_count(owner: str, name: str, value: object, minimum: int) -> int:
+    """An ``int`` argument ``>= minimum``; ``bool`` is not a count."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{owner}: {name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{owner}: {name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_queue(owner: str, name: str, value: object) -> int | None:
+    """A queue limit: ``None`` (unlimited) or an ``int >= 0``."""
+    if value is None:
+        return None
+    return check_count(owner, name, value, 0)
+
+
+def check_period(owner: str, name: str, value: object) -> float:
+    """A period in milliseconds: a finite number ``> 0``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{owner}: {name} must be a number of milliseconds, "
+                        f"got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{owner}: {name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def check_section(what: str, func: object, onerror: object) -> None:
+    """``sync()`` arguments are checked as ``add()`` checks its own: misuse is InternalError."""
+    if not callable(func):
+        raise FutoInError(Errors.InternalError,
+                          f"{what}.sync(): the step must be callable, got {type(func).__name__}")
+    if onerror is not None and not callable(onerror):
+        raise FutoInError(Errors.InternalError,
+                          f"{what}.sync(): onerror must be callable, got {type(onerror).__name__}")
+
+
+def task_key() -> tuple[str, int]:
+    """The owner key of the current AnyIO task (flows are keyed by their flow object)."""
+    return ("task", get_current_task().id)
+
+
+def rejected(what: str) -> FutoInError:
+    return FutoInError(Errors.DefenseRejected, f"{what} queue limit")
+
+
+def lazy_binary(obj: object) -> Any:
+    """The ``FutoInSync *`` of ``obj`` (the binary bridge is imported only when needed)."""
+    from .binary import _bridge
+
+    sync_binary_of: Callable[[object], Any] = _bridge.sync_binary_of
+    return sync_binary_of(obj)
