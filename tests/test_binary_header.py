@@ -211,3 +211,10 @@ def test_cffi_agrees_with_c(layout: dict[str, int]) -> None:
     for name in API_FIELDS:
         assert ffi.offsetof("FutoInAsyncStepsAPI", name) == layout[f"api.{name}"]
     assert ffi.offsetof("FutoInBinaryValue", "length") == layout["value.length"]
+
+
+@pytest.mark.parametrize("source", ["foreign.c", "csteps.c"])
+def test_native_sources_are_clean(tmp_path: Path, source: str) -> None:
+    # The test C sources use the shipped header only, warning-free even with -pedantic.
+    native = Path(__file__).parent / "native" / source
+    _compile(tmp_path, "gcc", "c11", ".c", f'#include "{native}"\n')

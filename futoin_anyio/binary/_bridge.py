@@ -25,7 +25,17 @@ from .._state import State
 from ._ffi import ffi, lib
 from ._values import emit_args, receive_args, release
 
-__all__ = ("binary_of", "sync_binary_of", "wrap", "wrap_sync")
+__all__ = (
+    "ForeignAsyncSteps",
+    "ForeignSync",
+    "StateVariable",
+    "binary_of",
+    "c_error_handler",
+    "c_step",
+    "sync_binary_of",
+    "wrap",
+    "wrap_sync",
+)
 
 _log = logging.getLogger("futoin_anyio")
 NULL = ffi.NULL
@@ -134,7 +144,11 @@ class _Binding:
     PARALLEL = 1
 
     def __init__(self, target: Any, kind: int) -> None:
-        self._ref = weakref.ref(target)
+        # A step is held weakly (it caches this binding: no cycle). A parallel object is
+        # held strongly: only the step's stack() keeps this binding.
+        self._ref: Callable[[], Any] = (
+            weakref.ref(target) if kind == _Binding.STEP else (lambda: target)
+        )
         self.kind = kind
         self.handle = ffi.new_handle(self)
         self.mem = ffi.new("FtnPyAsyncSteps *")
@@ -310,6 +324,31 @@ class _CRepeatBody:
 
     def __call__(self, asi: Any, i: int, *_: Any) -> None:
         _run_c(asi, lib.ftnpy_call_repeat, self.f, binary_of(asi), self.data, i)
+
+
+def _c_data(data: Any) -> Any:
+    if data is None:
+        return NULL
+    return ffi.cast("void *", data)
+
+
+def c_step(func: Any, data: Any = None) -> Callable[..., None]:
+    """A Python step that calls the C execute callback ``func(bsi, data, args)``.
+
+    ``func`` is a cdata function pointer (from any cffi module: ``ffi.addressof(lib, "name")``),
+    ``data`` a pointer or an integer. The step's arguments reach C as borrowed ``FutoInArgs``;
+    what C reports through the table (``handle_error()``...) applies when it returns.
+    """
+    f = ffi.cast("FutoInAsyncSteps_execute_callback", func)
+    _need(f, "c_step(): execute callback")
+    return _CStep(f, _c_data(data))
+
+
+def c_error_handler(func: Any, data: Any = None) -> Callable[[Any, str], None]:
+    """A Python error handler that calls the C callback ``func(bsi, data, code)``."""
+    f = ffi.cast("FutoInAsyncSteps_error_callback", func)
+    _need(f, "c_error_handler(): error callback")
+    return _CErrorHandler(f, _c_data(data))
 
 
 def _error_handler(eh: Any, data: Any) -> _CErrorHandler | None:

@@ -325,7 +325,7 @@ def emit_args(args: tuple[Any, ...], owned: bool, keep: list[Any]) -> Any:
     slots = cargs.args
     try:
         for i, value in enumerate(args):
-            emit(slots[i], value, owned, keep)
+            emit(slots + i, value, owned, keep)
     except BaseException:
         lib.ftnpy_reset_args(cargs)
         raise
@@ -416,7 +416,7 @@ def receive_args(cargs: Any, owned: bool) -> tuple[Any, ...]:
     error: BaseException | None = None
     gap = False
     for i in range(MAX_ARGS):
-        slot = slots[i]
+        slot = slots + i
         if slot.type == ffi.NULL:
             gap = True
             continue

@@ -63,3 +63,44 @@ void f_free_sync(FutoInSync* sync);
 FStats* f_get_stats(void);
 void f_reset_stats(void);
 """
+
+CSTEPS_CDEF = """
+typedef struct {
+    int allocs;
+    int state_cleanups;
+    int stack_cleanups;
+    int value_cleanups;
+    int cancels;
+    int unhandled;
+    int sched_fired;
+    int branches;
+    int repeat_mask;
+    int loop_count;
+    int valid_checks;
+    int same_thread;
+    ptrdiff_t root_ids[4];
+    int args_seen;
+    int stack_zeroed;
+    int shared_counter_seen;
+    char log[512];
+} CStats;
+void c_reset(void);
+CStats* c_get_stats(void);
+void c_emit(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_echo(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_emit_bad(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_record_args(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_full(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_wait(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_timeout(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_spawn(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_spawn_waiting(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_cancel_spawned(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_use_freed(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_bad_call(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_add_sync(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+FutoInSync* c_new_sync(void);
+int c_sync_counts(FutoInSync* sync, int which);
+void c_free_sync(FutoInSync* sync);
+void c_bench(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+"""
