@@ -6,13 +6,50 @@ The C header with the spec's declarations ships in this package::
 
 and ``#include "futoin.h"`` gives ``FutoInAsyncSteps``, ``FutoInArgs``,
 ``FutoInBinaryValue``, ``FutoInSync`` and friends, from C11 or C++11.
+
+``asi.binary()`` gives C a ``FutoInAsyncSteps *`` for a step; ``AsyncSteps.wrap(ptr)``
+gives Python an AsyncSteps interface over any such pointer (ours or a foreign one);
+:func:`c_step` turns a C execute callback into a Python step. See ``README.md`` in this
+folder for ownership rules and what cannot be checked.
 """
 
 from __future__ import annotations
 
 import os
 
-__all__ = ("get_include",)
+try:
+    from ._bridge import ForeignAsyncSteps as ForeignAsyncSteps
+    from ._bridge import ForeignSync as ForeignSync
+    from ._bridge import StateVariable as StateVariable
+    from ._bridge import c_error_handler as c_error_handler
+    from ._bridge import c_step as c_step
+    from ._bridge import sync_binary_of as sync_binary_of
+    from ._bridge import wrap_sync as wrap_sync
+    from ._values import MAX_ARGS as MAX_ARGS
+    from ._values import ForeignObject as ForeignObject
+    from ._values import Typed as Typed
+except ImportError as exc:  # pragma: no cover - only without the compiled extension
+    if exc.name != "futoin_anyio.binary._ffi":
+        raise
+    raise ImportError(
+        "futoin_anyio.binary needs its compiled cffi extension (futoin_anyio.binary._ffi): "
+        "install futoin_anyio with a C compiler available (pip install .), or run "
+        "`python futoin_anyio/binary/_build_ffi.py` in a source checkout"
+    ) from exc
+
+__all__ = (
+    "MAX_ARGS",
+    "ForeignAsyncSteps",
+    "ForeignObject",
+    "ForeignSync",
+    "StateVariable",
+    "Typed",
+    "c_error_handler",
+    "c_step",
+    "get_include",
+    "sync_binary_of",
+    "wrap_sync",
+)
 
 
 def get_include() -> str:
