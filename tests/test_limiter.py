@@ -18,6 +18,7 @@ import pytest
 
 from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError
 from futoin_anyio._limiter import Limiter, LimiterStatistics
+from futoin_anyio._throttle import Throttle
 from futoin_anyio.testing import BACKENDS, backend
 
 Step = Callable[..., Any]
@@ -380,5 +381,33 @@ async def test_real_time_limits(anyio_backend: str) -> None:
     assert len(tracker.times) == 12
     assert 0.095 <= elapsed < 1.5  # 12 entries at 4 per 50 ms: three periods at least
     for k in range(1, 3):
-        assert tracker.times[4 * k] - tracker.times[4 * (k - 1)] >= 0.049
+        # (a period starts a little before its first stamp, on a busy machine)
+        assert tracker.times[4 * k] - tracker.times[4 * (k - 1)] >= 0.04
     idle(limiter)
+
+
+@pytest.mark.parametrize("factory", [Limiter, lambda: Throttle(1)])
+def test_binary_delegates_to_bridge(factory: Callable[[], Any],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    bridge = pytest.importorskip("futoin_anyio.binary._bridge")
+    seen: list[object] = []
+
+    def fake(obj: object) -> str:
+        seen.append(obj)
+        return "ptr"
+
+    monkeypatch.setattr(bridge, "sync_binary_of", fake, raising=False)
+    obj = factory()
+    assert obj.binary() == "ptr"
+    assert seen == [obj]
+
+
+def test_throttle_statistics_outside_event_loop() -> None:
+    async def use(throttle: Throttle) -> None:
+        asi = AsyncSteps()
+        asi.sync(throttle, lambda asi: None)
+        await asi.promise()
+
+    throttle = Throttle(2, 10_000)
+    anyio.run(use, throttle)
+    assert throttle.statistics().entries == 1  # the last known count, no loop to ask the time

@@ -440,5 +440,6 @@ async def test_real_time_rate(anyio_backend: str) -> None:
     for k in range(3):  # each group of five entered at least one period after the previous
         assert times[5 * k + 4] - times[5 * k] < 0.05
         if k:
-            assert times[5 * k] - times[5 * (k - 1)] >= 0.049
+            # (a period starts a little before its first stamp, on a busy machine)
+            assert times[5 * k] - times[5 * (k - 1)] >= 0.04
     idle(throttle)
