@@ -202,7 +202,6 @@ class Throttle:
                     await event.wait()
                 if waiter.state is QUEUED:  # the period is over: start the next one
                     self._refresh(current_time())
-                    self._sync_timer()
         except BaseException:
             if waiter.state is QUEUED:
                 waiter.state = DONE
@@ -274,6 +273,7 @@ class Throttle:
         # (a busy event loop) the next one starts now.
         self._period_end = (end if now < end + self._period else now) + self._period
         self._grant()
+        self._sync_timer()  # the timer's host may have been let in, or nobody waits any more
 
     def _grant(self) -> None:
         queue = self._queue
@@ -334,4 +334,4 @@ class Throttle:
         self._timer = None
         self._timer_host = None
         self._refresh(current_time())
-        self._sync_timer()
+        self._sync_timer()  # still waiting for this period's end (a clock a hair early)

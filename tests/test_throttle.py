@@ -443,3 +443,22 @@ async def test_real_time_rate(anyio_backend: str) -> None:
             # (a period starts a little before its first stamp, on a busy machine)
             assert times[5 * k] - times[5 * (k - 1)] >= 0.04
     idle(throttle)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", [backend("trio", autojump_clock=True)])
+async def test_timer_dropped_when_a_task_starts_the_period(anyio_backend: Any) -> None:
+    """A task that starts the next period lets the timer's host in: the timer goes too."""
+    throttle = Throttle(2, 100)
+    async with AsyncTool() as tool:
+        AsyncSteps().sync(throttle, lambda asi: None).execute()
+        AsyncSteps().sync(throttle, lambda asi: None).execute()
+        AsyncSteps().sync(throttle, lambda asi: None).execute()
+        await until(lambda: throttle.statistics().waiting == 1)
+        assert tool.statistics().scheduled == 1
+        await anyio.sleep(0.1 - 0.5e-6)  # before the timer, within the boundary's tolerance
+        async with throttle:  # starts the next period: the flow and this task get in
+            assert throttle.statistics().waiting == 0
+            assert throttle._timer is None
+            assert tool.statistics().scheduled == 0
+    idle(throttle)
