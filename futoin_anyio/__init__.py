@@ -5,7 +5,13 @@ from ._engine import ISync as ISync
 from ._engine import ParallelSteps as ParallelSteps
 from ._errors import Errors as Errors
 from ._errors import FutoInError as FutoInError
+from ._limiter import Limiter as Limiter
+from ._limiter import LimiterStatistics as LimiterStatistics
+from ._mutex import Mutex as Mutex
+from ._mutex import MutexStatistics as MutexStatistics
 from ._state import State as State
+from ._throttle import Throttle as Throttle
+from ._throttle import ThrottleStatistics as ThrottleStatistics
 from ._tool import AsyncTool as AsyncTool
 from ._tool import AsyncToolStatistics as AsyncToolStatistics
 from ._tool import Handle as Handle
@@ -18,8 +24,26 @@ __all__ = (
     "FutoInError",
     "Handle",
     "ISync",
+    "Limiter",
+    "LimiterStatistics",
+    "Mutex",
+    "MutexStatistics",
     "ParallelSteps",
     "State",
+    "Throttle",
+    "ThrottleStatistics",
 )
 
 __version__ = "0.1.0"
+
+
+def _fixup_module_metadata() -> None:
+    """Show public objects under their public path (clean reprs, tracebacks and docs)."""
+    for name in __all__:
+        obj = globals()[name]
+        if getattr(obj, "__module__", "").startswith("futoin_anyio._"):
+            obj.__module__ = __name__
+
+
+_fixup_module_metadata()
+del _fixup_module_metadata

@@ -81,7 +81,8 @@ _NO_ARGS: tuple[Any, ...] = ()
 class _Ext:
     """The rarely used parts of a frame."""
 
-    __slots__ = ("cleanups", "loop", "oncancel", "par", "pending", "scope", "timer", "waiting")
+    __slots__ = ("cleanups", "coro", "loop", "oncancel", "par", "pending", "scope", "timer",
+                 "waiting")
 
     def __init__(self) -> None:
         self.waiting = False
@@ -90,6 +91,7 @@ class _Ext:
         self.par: _ParallelRun | None = None
         self.loop: _LoopRun | None = None
         self.scope: CancelScope | None = None
+        self.coro: Coroutine[Any, Any, Any] | None = None
         self.pending: str | None = None
         self.cleanups: list[tuple[Callable[[Any], object] | None, Any]] | None = None
 
@@ -103,8 +105,9 @@ class AsyncSteps:
     executes (or waits), and ``bool(asi)`` turns ``False`` when it goes out of service.
     """
 
-    __slots__ = ("_ext", "_flow", "_func", "_onerror", "_parent", "_queue", "_status", "_tool",
-                 "state", "__weakref__")
+    # ``_binary`` caches the C binding of the binary bridge; it is never set on the hot path.
+    __slots__ = ("_binary", "_ext", "_flow", "_func", "_onerror", "_parent", "_queue", "_status",
+                 "_tool", "state", "__weakref__")
 
     state: State
     _flow: _Flow | None
@@ -167,6 +170,10 @@ class AsyncSteps:
     def sync(self, obj: ISync, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
         """Add a step synchronised against ``obj`` (a Mutex, Throttle, Limiter or any ISync)."""
         sync = getattr(obj, "sync", None)
+        if _is_cdata(obj):
+            from .binary import _bridge
+
+            sync = _bridge.wrap_sync(obj).sync
         if not callable(sync):
             _internal(f"sync(): {type(obj).__name__} does not implement ISync (no sync() method)")
         if not callable(func):
@@ -576,6 +583,11 @@ class AsyncSteps:
     continueLoop = continue_loop  # noqa: N815
 
 
+def _is_cdata(obj: object) -> bool:
+    """A raw cffi pointer (a foreign ``FutoInSync *``), without importing cffi."""
+    return type(obj).__module__ == "_cffi_backend"
+
+
 def _internal(message: str) -> None:
     raise FutoInError(Errors.InternalError, message)
 
@@ -827,6 +839,11 @@ class _Flow:
         if scope is not None:
             ext.scope = None
             scope.cancel()
+        coro = ext.coro
+        if coro is not None:  # its task may never start (its group is cancelled): close it now
+            ext.coro = None
+            if scope is None:
+                coro.close()
         timer = ext.timer
         if timer is not None:
             ext.timer = None
@@ -900,6 +917,7 @@ class _Flow:
 
     def _root_done(self) -> None:
         driver = self.driver
+        driver._wake()  # the driver may be idle: let it see the root is over
         if self in driver._roots:
             driver._roots.discard(self)
             code = self.result_code
@@ -936,8 +954,10 @@ class _Flow:
 
     def _start_coroutine(self, step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> None:
         step._status = _CORO
-        if step._ext is None:
-            step._ext = _Ext()
+        ext = step._ext
+        if ext is None:
+            ext = step._ext = _Ext()
+        ext.coro = coro
         self.driver._start_coroutine(_run_coroutine, step, coro)
 
 
@@ -949,6 +969,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     driver = flow.driver
     error: Exception | None = None
     result: Any = None
+    driver._coro_tasks += 1
     try:
         if step._status is not _CORO:  # cancelled before its task could start
             coro.close()
@@ -966,7 +987,8 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
                 return
         ext.scope = None
     finally:
-        driver._coroutine_ended()
+        ext.coro = None
+        driver._coro_tasks -= 1
     pending = ext.pending
     if pending is not None:  # a timeout or external error waited for this task to end
         ext.pending = None

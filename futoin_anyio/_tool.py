@@ -313,11 +313,7 @@ class AsyncTool:
             self._need_tg = True
             self._wake()
         else:
-            self._coro_tasks += 1
             tg.start_soon(runner, *args)
-
-    def _coroutine_ended(self) -> None:
-        self._coro_tasks -= 1
 
     def _tick(self) -> None:
         """Run ready callbacks and flows for one burst."""
@@ -426,7 +422,7 @@ class AsyncTool:
     def _cancel_all(self) -> None:
         """Cancel every root this tool runs (their cancel handlers run), drop its callbacks."""
         for flow in list(self._roots):
-            flow.cancel_root(Errors.Cancelled)
+            flow.cancel_root()
         for handle in self._immediates:
             handle._tool = None
         self._immediates.clear()

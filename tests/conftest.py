@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
+from collections.abc import Iterator
+
 import pytest
 
 
@@ -9,3 +12,11 @@ import pytest
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     """Run each ``@pytest.mark.anyio`` test on both backends."""
     return str(request.param)
+
+
+@pytest.fixture(autouse=True)
+def _hang_guard() -> Iterator[None]:
+    """A test that hangs dumps every thread's stack and ends the run instead of stalling CI."""
+    faulthandler.dump_traceback_later(120, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
