@@ -56,7 +56,7 @@ async def queue_limit() -> None:
     mutex = Mutex(1, max_queue=1)
     results: dict[int, str] = {}
 
-    def flow(n: int) -> tuple[Callable[[AsyncSteps], None], Callable[[AsyncSteps, str], None]]:
+    def flow(n: int) -> tuple[Callable[[AsyncSteps], object], Callable[[AsyncSteps, str], None]]:
         def enter(asi: AsyncSteps) -> None:
             results[n] = "entered"
 
