@@ -59,16 +59,27 @@ nitpick_ignore = [
         "R",
         "TypeAliasForwardRef",
         "futoin_anyio._engine._Parallel",
+        # The engine's callback type aliases (private, shown by name).
+        "StepFunc",
+        "ErrorHandler",
+        "CancelHandler",
+        "ErrorFunc",
+        "CancelFunc",
+        "AsyncTestFunc",
+        # Unqualified names in futoin_anyio.binary docstrings.
+        "State",
     )
 ] + [
     ("py:exc", "TimeoutError"),
     ("py:func", "numpy.get_include"),
+    ("py:meth", "AsyncSteps.wrap"),
+    ("py:meth", "new_instance"),
     ("py:exc", "KeyboardInterrupt"),
     ("py:exc", "SystemExit"),
 ]
 nitpick_ignore_regex = [
     # Private engine types that appear in public signatures.
-    ("py:class", r"futoin_anyio\._\w+\.\w+"),
+    ("py:class", r"futoin_anyio(\.\w+)*\._\w+(\.\w+)*"),
     ("py:.*", r"(typing|typing_extensions|types|collections\.abc)\.\w+"),
     ("py:.*", r"(anyio|trio|cffi|_cffi_backend)(\.\w+)+"),
 ]
