@@ -438,7 +438,10 @@ class AsyncSteps:
             self._misuse("break_loop()" if code == Errors.LoopBreak else "continue_loop()")
         flow = self._flow
         assert flow is not None
-        flow.loop_label = label
+        # Kept on the root flow: the signal may cross parallel branches on its way out.
+        root_flow = flow.root._flow
+        assert root_flow is not None
+        root_flow.loop_label = label
         self.state.error_info = None
         raise FutoInError(code)
 
@@ -710,6 +713,9 @@ class _Flow:
                         return budget
                     if step._queue:
                         step._status = _SUBSTEPS
+                        ext = step._ext
+                        if ext is None or ext.loop is None:  # a loop set its iteration's args
+                            self.args = _NO_ARGS  # sub-steps start with no arguments (as in JS)
                         continue
                     ext = step._ext
                     if ext is not None:
@@ -783,6 +789,7 @@ class _Flow:
         """Unwind from the innermost step outwards. ``True`` if a handler recovered."""
         stack = self.stack
         state = self.root.state
+        self.args = _NO_ARGS  # steps an error handler adds start with no arguments
         if code != Errors.LoopBreak and code != Errors.LoopCont:
             state.async_stack = [f._func for f in stack[1:]]
         while len(stack) > 1:
@@ -1005,6 +1012,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
             driver._schedule(flow)
         return
     if step._queue:
+        flow.args = _NO_ARGS
         if result is not None:
             step._status = _EXEC
             if flow._step_raised(FutoInError(
@@ -1199,10 +1207,12 @@ def _loop_onerror(asi: AsyncSteps, code: str) -> None:
     assert frame is not None and flow is not None and frame._ext is not None
     run = frame._ext.loop
     assert run is not None
-    label = flow.loop_label
+    root_flow = flow.root._flow
+    assert root_flow is not None
+    label = root_flow.loop_label
     if label is not None and label != run.label:
         return
-    flow.loop_label = None
+    root_flow.loop_label = None
     if code == Errors.LoopBreak:
         run.it = iter(())
     asi.success()

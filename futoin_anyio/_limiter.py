@@ -48,8 +48,10 @@ class _Section:
         self.func = func
         self.onerror = onerror
 
-    def __call__(self, asi: AsyncSteps, *_: Any) -> None:
-        # The Throttle's step is this step's first sub-step: it receives the incoming arguments.
+    def __call__(self, asi: AsyncSteps, *args: Any) -> None:
+        # Sub-steps start with no arguments: hand the incoming ones on to the Throttle's step.
+        if args:
+            asi.success_step(*args)
         self.throttle.sync(asi, self.func, self.onerror)
 
     def __repr__(self) -> str:

@@ -108,9 +108,11 @@ class _Section:
         self.func = func
         self.onerror = onerror
 
-    def __call__(self, asi: AsyncSteps, *_: Any) -> None:
-        # The engine calls the first sub-step with this step's own arguments: ``func`` (or
-        # ``waiter.wait``, which passes them on with success()) receives the incoming ones.
+    def __call__(self, asi: AsyncSteps, *args: Any) -> None:
+        # Sub-steps start with no arguments: hand the incoming ones on to ``func`` (or to
+        # ``waiter.wait``, which passes them on with success()).
+        if args:
+            asi.success_step(*args)
         mutex = self.mutex
         waiter = _Waiter(mutex, flow_key(asi))
         asi.set_cancel(waiter.abandon)  # runs on cancellation and on error unwinding alike

@@ -105,8 +105,10 @@ class _Section:
         self.func = func
         self.onerror = onerror
 
-    def __call__(self, asi: AsyncSteps, *_: Any) -> None:
-        # The first sub-step receives this step's own arguments (see Mutex).
+    def __call__(self, asi: AsyncSteps, *args: Any) -> None:
+        # Sub-steps start with no arguments: hand the incoming ones on (see Mutex).
+        if args:
+            asi.success_step(*args)
         if not self.throttle._enter_nowait(current_time()):
             asi.add(_Waiter(self.throttle).wait)
         asi.add(self.func, self.onerror)
