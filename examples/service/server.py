@@ -1,0 +1,231 @@
+"""The demo server: each request is one AsyncSteps flow.
+
+A request's flow, built once as a model and cloned per request (FTN12 1.5)::
+
+    request                      set_timeout(deadline); sync(limiter, ...)
+     └─ (inside the Limiter)
+         ├─ parallel
+         │   ├─ users back-end   holds a connection; cancel handler releases it
+         │   └─ orders back-end  holds a connection; cancel handler releases it
+         └─ answer               success({"users": ..., "orders": ...})
+
+* A full Limiter queue fails the flow with ``DefenseRejected`` at once.
+* The deadline covers the wait in the Limiter and both back-end calls; on
+  expiry the waiting steps' cancel handlers run and the flow fails with
+  ``Timeout``.
+* If the client hangs up, the AnyIO cancel scope around ``promise()`` is
+  cancelled: the cancel handlers run (connections released, the Limiter place
+  freed) and the request is counted as cancelled on disconnect.
+
+Run it alone with ``python -m examples.service.server --port 8765``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import logging
+import random
+from collections import Counter
+from typing import Any
+
+import anyio
+from anyio.abc import SocketStream
+
+from futoin_anyio import AsyncSteps, FutoInError, Limiter
+
+from .protocol import DISCONNECTED, LineStream
+
+logger = logging.getLogger(__name__)
+
+
+class SimulatedBackend:
+    """A remote service reached through a connection pool, simulated with timers.
+
+    :meth:`call` is a step in the FTN12 style: it takes a connection, starts
+    the request, and waits for the reply with a cancel handler installed, so
+    that however the flow ends (success, timeout, a failed sibling, the
+    client hanging up) the connection goes back to the pool exactly once.
+    """
+
+    def __init__(self, name: str, rng: random.Random, typical_ms: float, slow_ratio: float):
+        self.name = name
+        self._rng = rng
+        self._typical_ms = typical_ms
+        self._slow_ratio = slow_ratio
+        #: Connections currently taken from the pool.
+        self.open_connections = 0
+        self.calls = 0
+        #: Connections given back by a cancel handler.
+        self.released_on_cancel = 0
+
+    def _latency_ms(self) -> float:
+        if self._rng.random() < self._slow_ratio:
+            return self._rng.uniform(10, 20) * self._typical_ms  # a slow tail
+        return self._rng.uniform(0.5, 1.5) * self._typical_ms
+
+    def call(self, asi: AsyncSteps) -> None:
+        tool = asi.tool
+        assert tool is not None
+        self.calls += 1
+        self.open_connections += 1  # take a connection from the pool
+
+        def reply() -> None:
+            self.open_connections -= 1
+            asi.state[self.name] = {"backend": self.name, "value": self._rng.randrange(1000)}
+            asi.success()
+
+        timer = tool.deferred(self._latency_ms(), reply)
+
+        def oncancel(asi: AsyncSteps) -> None:
+            tool.cancel(timer)
+            self.open_connections -= 1
+            self.released_on_cancel += 1
+
+        asi.set_cancel(oncancel)
+
+    def statistics(self) -> dict[str, int]:
+        return {
+            "open_connections": self.open_connections,
+            "calls": self.calls,
+            "released_on_cancel": self.released_on_cancel,
+        }
+
+
+class Server:
+    """Serves requests, one AsyncSteps flow each.
+
+    :param concurrent: Limiter: requests processed at once.
+    :param max_queue: Limiter: requests waiting for a place, beyond which
+        ``DefenseRejected``.
+    :param rate: Limiter: requests let in per ``period_ms``.
+    :param burst: Limiter: requests waiting for the rate.
+    :param deadline_ms: each request's ``set_timeout()``.
+    :param users_ms: typical latency of the "users" back-end.
+    :param orders_ms: typical latency of the "orders" back-end.
+    :param slow_ratio: share of back-end calls that take 10-20 times longer.
+    """
+
+    def __init__(
+        self,
+        *,
+        concurrent: int = 16,
+        max_queue: int = 16,
+        rate: int = 60,
+        period_ms: int = 100,
+        burst: int = 16,
+        deadline_ms: int = 150,
+        users_ms: float = 10,
+        orders_ms: float = 20,
+        slow_ratio: float = 0.01,
+        seed: int | None = None,
+    ) -> None:
+        rng = random.Random(seed)
+        self.limiter = Limiter(
+            concurrent=concurrent, max_queue=max_queue, rate=rate, period_ms=period_ms, burst=burst
+        )
+        self.users = SimulatedBackend("users", rng, typical_ms=users_ms, slow_ratio=slow_ratio)
+        self.orders = SimulatedBackend("orders", rng, typical_ms=orders_ms, slow_ratio=slow_ratio)
+        self.deadline_ms = deadline_ms
+        self.active_flows = 0
+        self.outcomes: Counter[str] = Counter()
+        self.model = self._build_model()
+
+    def _build_model(self) -> AsyncSteps:
+        """The request flow, built once; each request runs a clone of it."""
+
+        def request(asi: AsyncSteps) -> None:
+            asi.set_timeout(self.deadline_ms)
+            asi.sync(self.limiter, process)
+
+        def process(asi: AsyncSteps) -> None:
+            asi.parallel().add(self.users.call).add(self.orders.call)
+            asi.add(answer)
+
+        def answer(asi: AsyncSteps) -> None:
+            asi.success({"users": asi.state["users"], "orders": asi.state["orders"]})
+
+        return AsyncSteps().add(request)
+
+    async def process(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run one request's flow to its answer (cancellable by the caller)."""
+        flow = self.model.clone()
+        flow.state.request = request
+        self.active_flows += 1
+        try:
+            result = await flow.promise()
+        except FutoInError as e:
+            self.outcomes[e.code] += 1
+            return {"id": request.get("id"), "ok": False, "error": e.code, "info": str(e.info)}
+        finally:
+            self.active_flows -= 1
+        self.outcomes["ok"] += 1
+        return {"id": request.get("id"), "ok": True, "result": result}
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            "limiter": dataclasses.asdict(self.limiter.statistics()),
+            "backends": {b.name: b.statistics() for b in (self.users, self.orders)},
+            "active_flows": self.active_flows,
+            "outcomes": dict(self.outcomes),
+        }
+
+    async def handle(self, stream: SocketStream) -> None:
+        """Serve one connection: requests one after another, until the client closes."""
+        async with stream:
+            lines = LineStream(stream)
+            try:
+                while (request := await lines.receive()) is not None:
+                    if request.get("op") == "stats":
+                        await lines.send(self.statistics())
+                        continue
+                    answer = await self._answer_unless_gone(lines, request)
+                    if answer is None:
+                        return  # the client hung up
+                    await lines.send(answer)
+            except DISCONNECTED:
+                pass
+            except ValueError as e:  # not our protocol
+                logger.warning("closing a connection: %s", e)
+                self.outcomes["bad_request"] += 1
+
+    async def _answer_unless_gone(
+        self, lines: LineStream, request: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The answer, or ``None`` if the client hung up first (the flow is then cancelled)."""
+        answer: dict[str, Any] | None = None
+        async with anyio.create_task_group() as tg:
+
+            async def cancel_on_disconnect() -> None:
+                await lines.wait_closed()
+                tg.cancel_scope.cancel()  # the spec's "Invoker disconnect"
+
+            tg.start_soon(cancel_on_disconnect)
+            answer = await self.process(request)
+            tg.cancel_scope.cancel()  # answered: stop watching
+        if answer is None:
+            self.outcomes["cancelled_on_disconnect"] += 1
+        return answer
+
+
+async def serve(port: int, host: str = "127.0.0.1", **options: Any) -> None:
+    server = Server(**options)
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    print(f"serving on {host}:{port}", flush=True)
+    async with listener:
+        await listener.serve(server.handle)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="AsyncSteps demo server")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    args = parser.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl+C stops the server
+        anyio.run(serve, args.port, args.host, backend=args.backend)
+
+
+if __name__ == "__main__":
+    main()
