@@ -254,6 +254,10 @@ class AsyncSteps:
         """
         st = self._status
         if st is _EXEC or st is _HANDLER:
+            if self._ext is not None and self._ext.waiting and self._foreign_thread():
+                # Handed to another thread before the step returned: complete it once it waits.
+                self._flow.driver._from_thread(self._external_success, args)  # type: ignore[union-attr]
+                return
             if self._queue:
                 _internal("success() after sub-steps were added in the same step")
             self._flow.args = args  # type: ignore[union-attr]
@@ -273,11 +277,16 @@ class AsyncSteps:
 
     __call__ = success
 
+    def _foreign_thread(self) -> bool:
+        thread = self._flow.driver._thread  # type: ignore[union-attr]
+        return thread is not None and get_ident() != thread
+
     def _external_success(self, args: tuple[Any, ...]) -> None:
         if self._status is not _WAIT:
-            if get_ident() == self._flow.driver._thread:  # type: ignore[union-attr]
-                self._misuse("success()")
-            return  # lost a race from another thread: the step already ended
+            # Only reached from another thread (same-thread calls are checked before): the
+            # caller is gone, so say it in the log rather than raise into the event loop.
+            logger.warning("success() from another thread ignored: the step already ended")
+            return
         flow = self._flow
         assert flow is not None
         self._status = _DONE
@@ -294,6 +303,10 @@ class AsyncSteps:
             code = str(code)
         st = self._status
         exc = FutoInError(code, info)
+        if (st is _EXEC or st is _CORO) and self._ext is not None and self._ext.waiting \
+                and self._foreign_thread():
+            self._flow.driver._from_thread(self._external_error, exc)  # type: ignore[union-attr]
+            raise exc
         if st is _EXEC or st is _HANDLER or st is _CORO:
             state = self.state
             state.error_info = info
@@ -312,6 +325,8 @@ class AsyncSteps:
 
     def _external_error(self, exc: FutoInError) -> None:
         if self._status is not _WAIT:
+            logger.warning("error(%r) from another thread ignored: the step already ended",
+                           exc.code)
             return
         flow = self._flow
         assert flow is not None

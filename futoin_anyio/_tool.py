@@ -240,7 +240,7 @@ class AsyncTool:
         finally:
             self._tg = None
             fatal = self._fatal
-            if fatal is not None and exc is None:
+            if fatal is not None:
                 self._fatal = None
                 raise fatal
 
@@ -368,9 +368,7 @@ class AsyncTool:
     async def _loop(self, done: Callable[[], bool]) -> None:
         """Run until ``done()``; return early if a coroutine step needs the task group."""
         while not done():
-            if self._fatal is not None:
-                raise self._fatal
-            if self._need_tg and self._tg is None:
+            if self._fatal is not None or (self._need_tg and self._tg is None):
                 return
             if self._runq or self._immediates:
                 self._tick()
@@ -382,13 +380,19 @@ class AsyncTool:
         """Run flows in the calling task until ``done()``; the driver of ``promise()``."""
         self._bind()
         await self._loop(done)
-        if self._tg is None and (self._need_tg or self._pending_coros):
-            async with create_task_group() as tg:
-                self._tg = tg
-                self._start_pending_coros()
-                await self._loop(done)
-                # Coroutines of finished flows were cancelled; the group waits for them.
-            self._tg = None
+        if self._fatal is None and (self._need_tg or self._pending_coros):
+            try:
+                async with create_task_group() as tg:
+                    self._tg = tg
+                    self._start_pending_coros()
+                    await self._loop(done)
+                    if self._fatal is not None:
+                        tg.cancel_scope.cancel()
+                    # Coroutines of cancelled steps end here: the group waits for them.
+            except BaseExceptionGroup as group:
+                raise _unwrap_group(group) from None
+            finally:
+                self._tg = None
         fatal = self._fatal
         if fatal is not None:
             self._fatal = None
@@ -411,6 +415,10 @@ class AsyncTool:
             except BaseException:
                 self._cancel_all()
                 raise
+            if self._fatal is not None:  # re-raised by __aexit__, after the block is cancelled
+                self._cancel_all()
+                assert self._tg is not None
+                self._tg.cancel_scope.cancel()
 
     def _tg_ready(self) -> None:
         self._need_tg = False
@@ -432,7 +440,8 @@ class AsyncTool:
         self._pending = 0
 
     def _report_fatal(self, exc: BaseException) -> None:
-        """A BaseException (KeyboardInterrupt…) escaped a coroutine step: re-raise it in the driver."""
+        """A BaseException (KeyboardInterrupt…) escaped a coroutine step: the driver stops and
+        re-raises it, bare, once its task group is closed."""
         if self._fatal is None:
             self._fatal = exc
         self._wake()

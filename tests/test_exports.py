@@ -1,0 +1,55 @@
+"""The public surface: every name exported once, from the package, with a public __module__."""
+
+from __future__ import annotations
+
+import futoin_anyio
+from futoin_anyio import AsyncSteps
+
+
+def test_all_names_are_exported_and_public() -> None:
+    assert len(set(futoin_anyio.__all__)) == len(futoin_anyio.__all__)
+    for name in futoin_anyio.__all__:
+        obj = getattr(futoin_anyio, name)
+        assert obj.__module__ == "futoin_anyio", name
+
+
+def test_contract_imports() -> None:
+    from futoin_anyio import (  # noqa: F401
+        AsyncSteps,
+        AsyncTool,
+        Errors,
+        FutoInError,
+        Handle,
+        ISync,
+        Limiter,
+        Mutex,
+        State,
+        Throttle,
+    )
+
+
+def test_spec_aliases_are_the_primary_methods() -> None:
+    aliases = {
+        "forEach": "for_each", "loopForEach": "for_each", "breakLoop": "break_loop",
+        "continueLoop": "continue_loop", "successStep": "success_step",
+        "setTimeout": "set_timeout", "setCancel": "set_cancel",
+        "waitExternal": "wait_external", "copyFrom": "copy_from", "newInstance": "new_instance",
+    }
+    for alias, primary in aliases.items():
+        assert getattr(AsyncSteps, alias) is getattr(AsyncSteps, primary), alias
+    for name in ("add", "parallel", "sync", "loop", "repeat", "success", "error", "cancel",
+                 "execute", "promise", "stack", "binary", "wrap", "await_", "clone"):
+        assert callable(getattr(AsyncSteps, name)), name
+
+
+def test_error_codes() -> None:
+    from futoin_anyio import Errors, FutoInError
+
+    for code in ("ConnectError", "CommError", "UnknownInterface", "NotSupportedVersion",
+                 "NotImplemented", "Unauthorized", "InternalError", "InvokerError",
+                 "InvalidRequest", "DefenseRejected", "PleaseReauth", "SecurityError",
+                 "Timeout", "LoopBreak", "LoopCont", "Cancelled"):
+        assert getattr(Errors, code) == code
+    err = FutoInError("Code", "info")
+    assert (err.code, err.info, str(err)) == ("Code", "info", "Code: info")
+    assert str(FutoInError("Code")) == "Code"
