@@ -1,0 +1,151 @@
+"""Draw an SVG bar chart from ``results.json`` (hand-written SVG, no plotting library).
+
+From the repository root::
+
+    python -m benchmarks.chart                       # benchmarks/results/chart.svg
+    python -m benchmarks.chart --json DIR/results.json --out DIR/chart.svg
+    python -m benchmarks.chart --docs                # also copy results.md, results.json
+                                                     # and chart.svg into docs/_static/bench/
+
+One group of bars per scenario, one bar per implementation. Figures span several
+orders of magnitude across scenarios, so each group is scaled to its own largest
+figure; the number at the end of each bar is the measured figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape
+
+if __package__ in (None, ""):  # ``python benchmarks/chart.py``
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.run import fmt_value  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DIR = REPO / "benchmarks" / "results"
+DOCS_DIR = REPO / "docs" / "_static" / "bench"
+COLOURS = {
+    "futoin_asyncio": "#2b6cb0",
+    "futoin_trio": "#63a4e8",
+    "js": "#d69e2e",
+    "plain_asyncio": "#4a5568",
+    "plain_trio": "#a0aec0",
+}
+WIDTH = 860
+LABEL_W = 170
+BAR_H = 13
+BAR_GAP = 3
+GROUP_GAP = 16
+VALUE_W = 190  # room right of the longest bar for its figure
+
+
+def render_svg(result: dict[str, Any]) -> str:
+    columns: list[str] = result["columns"]
+    titles: dict[str, str] = result["titles"]
+    meta = result["meta"]
+    bar_area = WIDTH - LABEL_W - VALUE_W - 20
+    parts: list[str] = []
+    y = 58
+    # legend
+    x = LABEL_W
+    for column in columns:
+        item_w = 16 + 7 * len(titles[column]) + 18
+        if x + item_w > WIDTH:  # wrap the legend
+            x = LABEL_W
+            y += 18
+        parts.append(
+            f'<rect x="{x}" y="{y - 11}" width="12" height="12" fill="{COLOURS.get(column, "#888")}"/>'
+            f'<text x="{x + 16}" y="{y}" class="legend">{escape(titles[column])}</text>'
+        )
+        x += item_w
+    y += 20
+    for row in result["rows"]:
+        ok = [row["cells"][c]["value"] for c in columns if row["cells"][c]["status"] == "ok"]
+        top = max(ok) if ok else 1.0
+        group_h = len(columns) * (BAR_H + BAR_GAP)
+        label = row["id"]
+        better = "lower is better" if row["lower_is_better"] else "higher is better"
+        parts.append(
+            f'<text x="{LABEL_W - 10}" y="{y + group_h / 2 - 4}" class="label">{escape(label)}</text>'
+            f'<text x="{LABEL_W - 10}" y="{y + group_h / 2 + 10}" class="unit">'
+            f"{escape(row['unit'])}, {better}</text>"
+        )
+        for i, column in enumerate(columns):
+            cell = row["cells"][column]
+            by = y + i * (BAR_H + BAR_GAP)
+            if cell["status"] == "ok":
+                w = max(1.0, bar_area * cell["value"] / top)
+                parts.append(
+                    f'<rect x="{LABEL_W}" y="{by}" width="{w:.1f}" height="{BAR_H}" '
+                    f'fill="{COLOURS.get(column, "#888")}"><title>{escape(titles[column])}: '
+                    f"{cell['value']:.6g} {escape(row['unit'])}</title></rect>"
+                    f'<text x="{LABEL_W + w + 5:.1f}" y="{by + BAR_H - 2}" class="value">'
+                    f"{escape(fmt_value(cell['value'], row['unit']))}</text>"
+                )
+            else:
+                word = "failed" if cell["status"] == "failed" else "n/a"
+                parts.append(
+                    f'<text x="{LABEL_W + 5}" y="{by + BAR_H - 2}" class="na">'
+                    f"{escape(titles[column])}: {word}</text>"
+                )
+        y += group_h + GROUP_GAP
+    height = y + 10
+    subtitle = (
+        f"{meta['mode']} mode · {meta['date']} · {meta['cpu']} · Python {meta['python']}"
+        f" · node {meta['node'] or 'n/a'} · commit {meta['commit']}"
+    )
+    return "\n".join(
+        [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
+            f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif">',
+            "<style>"
+            ".title{font-size:16px;font-weight:bold}.sub{font-size:11px;fill:#555}"
+            ".legend{font-size:12px}.label{font-size:13px;text-anchor:end;font-weight:bold}"
+            ".unit{font-size:10px;text-anchor:end;fill:#555}.value{font-size:11px}"
+            ".na{font-size:11px;fill:#999;font-style:italic}"
+            "</style>",
+            f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
+            '<text x="10" y="22" class="title">futoin_anyio benchmarks</text>',
+            f'<text x="10" y="38" class="sub">{escape(subtitle)}</text>',
+            *parts,
+            "</svg>",
+            "",
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.chart", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", default=str(DEFAULT_DIR / "results.json"),
+                        help="results.json from benchmarks.run (default: %(default)s)")
+    parser.add_argument("--out", help="SVG to write (default: chart.svg next to the JSON)")
+    parser.add_argument("--docs", action="store_true",
+                        help=f"copy results.md, results.json and chart.svg into {DOCS_DIR}")
+    args = parser.parse_args(argv)
+
+    source = Path(args.json)
+    result = json.loads(source.read_text())
+    out = Path(args.out) if args.out else source.with_name("chart.svg")
+    out.write_text(render_svg(result))
+    print(f"written: {out}")
+    if args.docs:
+        DOCS_DIR.mkdir(parents=True, exist_ok=True)
+        markdown = source.with_name("results.md")
+        for src, name in ((markdown, "results.md"), (source, "results.json"), (out, "chart.svg")):
+            if not src.exists():
+                print(f"missing: {src}", file=sys.stderr)
+                return 1
+            shutil.copyfile(src, DOCS_DIR / name)
+        print(f"copied results.md, results.json, chart.svg into {DOCS_DIR}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
