@@ -76,7 +76,7 @@ class VerificationError(AssertionError):
     """A scenario computed a wrong result: its figure must not be posted."""
 
 
-class NotAvailable(Exception):  # noqa: N818 - it is a status, not a failure
+class NotAvailable(Exception):
     """The implementation cannot run this scenario (missing feature or tool)."""
 
 

@@ -25,7 +25,7 @@ from xml.sax.saxutils import escape
 if __package__ in (None, ""):  # ``python benchmarks/chart.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.run import fmt_value  # noqa: E402
+from benchmarks.run import fmt_value
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = REPO / "benchmarks" / "results"
@@ -60,7 +60,8 @@ def render_svg(result: dict[str, Any]) -> str:
             x = LABEL_W
             y += 18
         parts.append(
-            f'<rect x="{x}" y="{y - 11}" width="12" height="12" fill="{COLOURS.get(column, "#888")}"/>'
+            f'<rect x="{x}" y="{y - 11}" width="12" height="12" '
+            f'fill="{COLOURS.get(column, "#888")}"/>'
             f'<text x="{x + 16}" y="{y}" class="legend">{escape(titles[column])}</text>'
         )
         x += item_w
@@ -72,7 +73,8 @@ def render_svg(result: dict[str, Any]) -> str:
         label = row["id"]
         better = "lower is better" if row["lower_is_better"] else "higher is better"
         parts.append(
-            f'<text x="{LABEL_W - 10}" y="{y + group_h / 2 - 4}" class="label">{escape(label)}</text>'
+            f'<text x="{LABEL_W - 10}" y="{y + group_h / 2 - 4}" class="label">'
+            f"{escape(label)}</text>"
             f'<text x="{LABEL_W - 10}" y="{y + group_h / 2 + 10}" class="unit">'
             f"{escape(row['unit'])}, {better}</text>"
         )
@@ -121,13 +123,22 @@ def render_svg(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.chart", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--json", default=str(DEFAULT_DIR / "results.json"),
-                        help="results.json from benchmarks.run (default: %(default)s)")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.chart",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--json",
+        default=str(DEFAULT_DIR / "results.json"),
+        help="results.json from benchmarks.run (default: %(default)s)",
+    )
     parser.add_argument("--out", help="SVG to write (default: chart.svg next to the JSON)")
-    parser.add_argument("--docs", action="store_true",
-                        help=f"copy results.md, results.json and chart.svg into {DOCS_DIR}")
+    parser.add_argument(
+        "--docs",
+        action="store_true",
+        help=f"copy results.md, results.json and chart.svg into {DOCS_DIR}",
+    )
     args = parser.parse_args(argv)
 
     source = Path(args.json)

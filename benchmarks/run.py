@@ -32,7 +32,7 @@ from typing import Any
 if __package__ in (None, ""):  # ``python benchmarks/run.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks._common import SCENARIOS, SIZES, UNITS, lower_is_better  # noqa: E402
+from benchmarks._common import SCENARIOS, SIZES, UNITS, lower_is_better
 
 REPO = Path(__file__).resolve().parent.parent
 JS_DIR = Path(__file__).resolve().parent / "js"
@@ -154,7 +154,11 @@ def install_js(js_dir: str | None) -> tuple[Path | None, str, str]:
 
 
 def run_js(
-    modules: Path, plan: dict[str, list[int]], repeat: int, budget: float, isolate: bool,
+    modules: Path,
+    plan: dict[str, list[int]],
+    repeat: int,
+    budget: float,
+    isolate: bool,
     production: bool,
 ) -> list[dict[str, Any]]:
     node = shutil.which("node")
@@ -213,7 +217,9 @@ def build_rows(records: dict[str, list[dict[str, Any]]], plan: dict[str, list[in
         for n in plan.get(scenario, []):
             cells = {}
             for column in COLUMNS:
-                match = [r for r in records.get(column, []) if (r["scenario"], r["n"]) == (scenario, n)]
+                match = [
+                    r for r in records.get(column, []) if (r["scenario"], r["n"]) == (scenario, n)
+                ]
                 cells[column] = _cell(match[-1] if match else None)
             row: dict[str, Any] = {
                 "id": scenario if len(plan[scenario]) == 1 else f"{scenario}-{n}",
@@ -252,8 +258,14 @@ def check_targets(rows: list[Any]) -> list[dict[str, Any]]:
         else:
             status = "PASS" if (got >= want if ge else got <= want) else "FAIL"
         targets.append(
-            {"target": name, "value": got, "bound": want, "op": ">=" if ge else "<=",
-             "status": status, "reason": reason}
+            {
+                "target": name,
+                "value": got,
+                "bound": want,
+                "op": ">=" if ge else "<=",
+                "status": status,
+                "reason": reason,
+            }
         )
 
     for row in rows:
@@ -264,8 +276,12 @@ def check_targets(rows: list[Any]) -> list[dict[str, Any]]:
         if row["lower_is_better"]:
             add(f"{label}: futoin/JS bytes per root", row["ratio_js"], 2.0, False)
         else:
-            add(f"{label}: futoin/JS throughput", row["ratio_js"],
-                JS_TARGET.get(scenario, JS_TARGET_DEFAULT), True)
+            add(
+                f"{label}: futoin/JS throughput",
+                row["ratio_js"],
+                JS_TARGET.get(scenario, JS_TARGET_DEFAULT),
+                True,
+            )
         if scenario in PLAIN_TARGETS:
             add(f"{label}: futoin/plain-AnyIO throughput", row["ratio_plain"], 1.0, True)
         if scenario == "waiting_mem":
@@ -275,7 +291,9 @@ def check_targets(rows: list[Any]) -> list[dict[str, Any]]:
     if len(chain) >= 2:
         small, large = _best(chain[0], FUTOIN), _best(chain[-1], FUTOIN)
         flat = large[1] / small[1] if small and large and small[1] else None
-        add(f"chain {chain[-1]['n']} / chain {chain[0]['n']} steps/s", flat, CHAIN_FLAT_TARGET, True)
+        add(
+            f"chain {chain[-1]['n']} / chain {chain[0]['n']} steps/s", flat, CHAIN_FLAT_TARGET, True
+        )
     return targets
 
 
@@ -302,7 +320,7 @@ def fmt_cell(cell: dict[str, Any], unit: str) -> str:
 
 
 def fmt_ratio(r: float | None) -> str:
-    return "n/a" if r is None else f"{r:.2f}×"
+    return "n/a" if r is None else f"{r:.2f}x"
 
 
 def render_markdown(result: dict[str, Any]) -> str:
@@ -312,10 +330,18 @@ def render_markdown(result: dict[str, Any]) -> str:
     for row in rows:
         cells = [fmt_cell(row["cells"][c], row["unit"]) for c in COLUMNS]
         lines.append(
-            "| " + " | ".join(
-                [row["id"], f"{row['n']:,}", row["unit"], *cells,
-                 fmt_ratio(row["ratio_js"]), fmt_ratio(row["ratio_plain"])]
-            ) + " |"
+            "| "
+            + " | ".join(
+                [
+                    row["id"],
+                    f"{row['n']:,}",
+                    row["unit"],
+                    *cells,
+                    fmt_ratio(row["ratio_js"]),
+                    fmt_ratio(row["ratio_plain"]),
+                ]
+            )
+            + " |"
         )
     flat = result["chain_flatness"]
     if any(v is not None for v in flat.values()):
@@ -360,10 +386,10 @@ def _cpu() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ×{os.cpu_count()}"
+                return f"{line.split(':', 1)[1].strip()} x{os.cpu_count()}"
     except OSError:
         pass
-    return f"{platform.processor() or platform.machine()} ×{os.cpu_count()}"
+    return f"{platform.processor() or platform.machine()} x{os.cpu_count()}"
 
 
 def _commit() -> str:
@@ -373,7 +399,9 @@ def _commit() -> str:
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no", "futoin_anyio"],
-            cwd=REPO, capture_output=True, text=True,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         return (rev or "?") + ("+dirty" if dirty else "")
     except OSError:
@@ -384,20 +412,36 @@ def _commit() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--quick", action="store_true", help="small N, one run each")
-    parser.add_argument("--out", default=str(REPO / "benchmarks" / "results"),
-                        help="folder for results.md and results.json (default: %(default)s)")
+    parser.add_argument(
+        "--out",
+        default=str(REPO / "benchmarks" / "results"),
+        help="folder for results.md and results.json (default: %(default)s)",
+    )
     parser.add_argument("--only", help="comma-separated scenarios to run (default: all)")
-    parser.add_argument("--columns", default=",".join(COLUMNS),
-                        help="comma-separated implementations (default: %(default)s)")
+    parser.add_argument(
+        "--columns",
+        default=",".join(COLUMNS),
+        help="comma-separated implementations (default: %(default)s)",
+    )
     parser.add_argument("--repeat", type=int, help="best of R runs (default: 3, quick: 1)")
-    parser.add_argument("--budget", type=float, default=5.0,
-                        help="stop repeating a scenario after this many seconds (default: 5)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=5.0,
+        help="stop repeating a scenario after this many seconds (default: 5)",
+    )
     parser.add_argument("--js-dir", help="use this node_modules folder instead of npm install")
-    parser.add_argument("--js-production", action="store_true",
-                        help="run the JS reference with NODE_ENV=production (no sanity checks)")
+    parser.add_argument(
+        "--js-production",
+        action="store_true",
+        help="run the JS reference with NODE_ENV=production (no sanity checks)",
+    )
     args = parser.parse_args(argv)
 
     mode = "quick" if args.quick else "full"
@@ -464,7 +508,9 @@ def main(argv: list[str] | None = None) -> int:
 
     failed = [
         f"{row['id']} / {c}: {row['cells'][c]['reason']}"
-        for row in rows for c in COLUMNS if row["cells"][c]["status"] == "failed"
+        for row in rows
+        for c in COLUMNS
+        if row["cells"][c]["status"] == "failed"
     ]
     if failed:
         print("\nVERIFICATION FAILED (figures not posted):", file=sys.stderr)

@@ -1,0 +1,135 @@
+"""The benchmark harness still runs and every scenario still verifies its own result.
+
+Tiny N, in-process, futoin_anyio and plain AnyIO on both backends: this checks that
+the figures the harness would post come from verified runs, never how fast they are.
+The JS column needs node and is exercised by ``python -m benchmarks.run --quick``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # ``pytest`` run without ``python -m``
+    sys.path.insert(0, str(REPO))
+
+from benchmarks import _worker, chart, run  # noqa: E402
+from benchmarks._common import SCENARIOS, SIZES, Measurement, check  # noqa: E402
+
+TINY = SIZES["tiny"]
+CASES = [
+    (impl, backend, scenario, n)
+    for impl in ("futoin", "plain")
+    for backend in ("asyncio", "trio")
+    for scenario in SCENARIOS
+    for n in TINY[scenario]
+]
+#: Scenarios an implementation has no equivalent for, by design.
+NO_EQUIVALENT = {("plain", "c_steps"): "no C steps in plain AnyIO"}
+
+
+@pytest.mark.parametrize(("impl", "backend", "scenario", "n"), CASES)
+def test_scenario_verifies(impl: str, backend: str, scenario: str, n: int) -> None:
+    record = _worker.run_one(impl, backend, scenario, n)
+    assert "error" not in record, record.get("traceback", record)
+    expected_na = NO_EQUIVALENT.get((impl, scenario))
+    if expected_na is not None:
+        assert record == {**record, "na": expected_na}
+        return
+    if "na" in record and str(record["na"]).startswith("cannot compile"):
+        pytest.skip(f"{scenario}: {record['na']}")  # no C compiler: visible, not silent
+    assert "na" not in record, record["na"]
+    assert record["value"] > 0
+    if scenario == "waiting_mem":
+        assert record["value"] < 100_000  # bytes per root: a sanity bound, not a target
+    else:
+        assert record["seconds"] > 0
+
+
+def test_wrong_result_is_an_error_not_a_figure(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(n: int) -> Measurement:
+        check(n == -1, f"broken: {n} != -1")
+        return Measurement(1.0, 1.0)
+
+    monkeypatch.setitem(_worker.scenarios_of("plain"), "seq", broken)
+    record = _worker.run_one("plain", "asyncio", "seq", 10)
+    assert "value" not in record
+    assert record["error"] == "VerificationError: broken: 10 != -1"
+
+
+def test_worker_exit_status(capsys: pytest.CaptureFixture[str]) -> None:
+    config = {"impl": "plain", "backend": "trio", "scenarios": {"chain": [10, 20]}}
+    assert _worker.main([json.dumps(config)]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["scenario"], r["n"]) for r in lines] == [("chain", 10), ("chain", 20)]
+
+
+def _fake_records() -> dict[str, list[dict[str, Any]]]:
+    values = {
+        "futoin_asyncio": 2.0,
+        "futoin_trio": 1.0,
+        "js": 4.0,
+        "plain_asyncio": 1.5,
+        "plain_trio": 0.5,
+    }
+    records: dict[str, list[dict[str, Any]]] = {}
+    for column, v in values.items():
+        records[column] = [
+            {
+                "scenario": s,
+                "n": n,
+                "value": v * (1000 if s != "waiting_mem" else 1),
+                "seconds": 0.1,
+            }
+            for s in SCENARIOS
+            for n in TINY[s]
+        ]
+    records["js"][0] = {"scenario": "seq", "n": TINY["seq"][0], "na": "node not found"}
+    return records
+
+
+def test_table_ratios_targets_and_chart(tmp_path: Path) -> None:
+    rows = run.build_rows(_fake_records(), dict(TINY))
+    by_id = {row["id"]: row for row in rows}
+    assert by_id["seq"]["ratio_js"] is None  # JS n/a: no ratio, not a zero
+    assert by_id["instances"]["best_futoin"] == "futoin_asyncio"
+    assert by_id["instances"]["ratio_js"] == pytest.approx(0.5)
+    assert by_id["instances"]["ratio_plain"] == pytest.approx(2.0 / 1.5)
+    assert by_id["waiting_mem"]["best_futoin"] == "futoin_trio"  # lower is better
+    targets = {t["target"]: t["status"] for t in run.check_targets(rows)}
+    assert targets["seq: futoin/JS throughput"] == "n/a"
+    assert targets["instances: futoin/JS throughput"] == "PASS"
+    assert targets["instances: futoin/plain-AnyIO throughput"] == "PASS"
+    assert targets["waiting_mem: bytes per waiting root"] == "PASS"
+    assert targets["chain 500 / chain 50 steps/s"] == "PASS"
+    result = {
+        "meta": {
+            "mode": "tiny",
+            "date": "d",
+            "cpu": "c",
+            "python": "p",
+            "anyio": "a",
+            "trio": "t",
+            "node": "",
+            "futoin_asyncsteps": "",
+            "commit": "x",
+            "repeat": 1,
+        },
+        "columns": list(run.COLUMNS),
+        "titles": run.TITLES,
+        "rows": rows,
+        "chain_flatness": {c: run._chain_flatness(rows, c) for c in run.COLUMNS},
+        "targets": run.check_targets(rows),
+    }
+    markdown = run.render_markdown(result)
+    assert "| seq | 500 | steps/s | 2.0 k | 1.0 k | n/a: node not found |" in markdown
+    source = tmp_path / "results.json"
+    source.write_text(json.dumps(result))
+    assert chart.main(["--json", str(source)]) == 0
+    svg = (tmp_path / "chart.svg").read_text()
+    assert svg.startswith("<svg") and svg.count("<rect") > len(rows)
