@@ -24,6 +24,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from inspect import isawaitable, iscoroutine
 from itertools import repeat as _forever
+from sys import getrefcount
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
@@ -105,9 +106,10 @@ class AsyncSteps:
     executes (or waits), and ``bool(asi)`` turns ``False`` when it goes out of service.
     """
 
-    # ``_binary`` caches the C binding of the binary bridge; it is never set on the hot path.
+    # ``_binary`` caches the C binding of the binary bridge (a step with one is never reused).
+    # No ``__weakref__``: a step object nothing references may be reused (see ``_Flow.run``).
     __slots__ = ("_binary", "_ext", "_flow", "_func", "_onerror", "_parent", "_queue", "_status",
-                 "_tool", "state", "__weakref__")
+                 "_tool", "state")
 
     state: State
     _flow: _Flow | None
@@ -118,6 +120,7 @@ class AsyncSteps:
     _func: object
     _status: int
     _tool: AsyncTool | None
+    _binary: Any
 
     def __init__(self, state: Mapping[str, Any] | None = None, tool: AsyncTool | None = None) -> None:
         if state is None:
@@ -137,6 +140,7 @@ class AsyncSteps:
         self._onerror = None
         self._ext = None
         self._func = None
+        self._binary = None
         self._status = _MODEL
 
     # -- common API (§2.2.1) --------------------------------------------------------------------
@@ -611,7 +615,8 @@ def _internal(message: str) -> None:
 
 
 def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
-    frame: AsyncSteps = _new(AsyncSteps)
+    frame: AsyncSteps = _new(parent.__class__)
+    frame._binary = None
     frame.state = parent.state
     frame._flow = flow
     frame._parent = parent
@@ -686,79 +691,109 @@ class _Flow:
     def run(self, budget: int) -> int:
         """Run steps until the flow waits or ends, or ``budget`` steps are spent.
 
-        This is the hot path: per step a deque pop, one frame object, one call, a few checks.
+        This is the hot path: per step a queue pop (or the loop's next item), one frame object,
+        one call and a few checks. Module constants are bound to locals for speed.
         """
         if self.finished:
             return budget
         stack = self.stack
+        base = stack[0]
+        state = base.state
         cls = self.root.__class__
+        new = _new
+        refcount = getrefcount
+        EXEC, DONE, NO_ARGS = _EXEC, _DONE, _NO_ARGS  # noqa: N806
+        # A completed step object that nothing else references is reused for the next step:
+        # nobody can observe it, and it saves an allocation and garbage-collector work per step.
+        spare: AsyncSteps | None = None
         while budget > 0:
             frame = stack[-1]
             q = frame._queue
             if q:
                 func, onerror = q.popleft()
-                step: AsyncSteps = _new(cls)
-                step.state = frame.state
-                step._flow = self
-                step._parent = frame
-                step._queue = None
-                step._onerror = onerror
-                step._ext = None
-                step._func = func
-                step._status = _EXEC
-                stack.append(step)
-                budget -= 1
-                try:
-                    res = func(step, *self.args)
-                except BaseException as exc:
-                    if not self.interrupt:
-                        if not self._step_raised(exc):
-                            return budget
-                        if not self.interrupt:
-                            continue
-                    self._interrupted()
+            else:
+                # The frame's queue is exhausted: the next loop iteration, or the frame completes.
+                if frame is base:
+                    self._finish(None)
                     return budget
-                if self.interrupt:
-                    self._interrupted()
-                    return budget
-                st = step._status
-                if st is _EXEC:
-                    if res is not None and iscoroutine(res):
-                        self._start_coroutine(step, res)
-                        return budget
-                    if step._queue:
-                        step._status = _SUBSTEPS
-                        ext = step._ext
-                        if ext is None or ext.loop is None:  # a loop set its iteration's args
-                            self.args = _NO_ARGS  # sub-steps start with no arguments (as in JS)
-                        continue
-                    ext = step._ext
-                    if ext is not None:
-                        if ext.waiting:
-                            step._status = _WAIT
-                            return budget
-                        _end_ext(step)
-                    self.args = _NO_ARGS
-                    step._status = _DONE
+                ext = frame._ext
+                if ext is not None:
+                    loop = ext.loop
+                    if loop is not None:
+                        args = next(loop.it, None)
+                        if args is not None:
+                            self.args = args
+                            func, onerror = loop.item
+                            q = None
+                        else:
+                            self.args = NO_ARGS  # a loop that ends succeeds with no arguments
+                    if q is not None:
+                        _end_ext(frame)
+                if q is not None:
+                    frame._status = DONE
+                    frame._queue = None
                     stack.pop()
-                elif st is _DONE:
-                    stack.pop()
-                    if step._ext is not None:
-                        _end_ext(step)
-                continue
-            # The frame's queue is exhausted: the frame completes.
-            if len(stack) == 1:
-                self._finish(None)
-                return budget
-            ext = frame._ext
-            if ext is not None:
-                loop = ext.loop
-                if loop is not None and loop.next_iteration(frame, self):
                     continue
-                _end_ext(frame)
-            frame._status = _DONE
-            frame._queue = None
-            stack.pop()
+            if spare is None:
+                step: AsyncSteps = new(cls)
+                step.state = state
+                step._flow = self
+                step._queue = None
+                step._ext = None
+                step._binary = None
+            else:
+                step = spare
+                spare = None
+            step._parent = frame
+            step._onerror = onerror
+            step._func = func
+            step._status = EXEC
+            stack.append(step)
+            budget -= 1
+            try:
+                res = func(step, *self.args)
+            except BaseException as exc:
+                if not self.interrupt:
+                    if not self._step_raised(exc):
+                        return budget
+                    if not self.interrupt:
+                        continue
+                self._interrupted()
+                return budget
+            if self.interrupt:
+                self._interrupted()
+                return budget
+            st = step._status
+            if st is EXEC:
+                if res is not None and iscoroutine(res):
+                    self._start_coroutine(step, res)
+                    return budget
+                if step._queue:
+                    step._status = _SUBSTEPS
+                    ext = step._ext
+                    if ext is None or ext.loop is None:  # a loop set its iteration's args
+                        self.args = NO_ARGS  # sub-steps start with no arguments (as in JS)
+                    continue
+                ext = step._ext
+                if ext is not None:
+                    if ext.waiting:
+                        step._status = _WAIT
+                        return budget
+                    _end_ext(step)
+                self.args = NO_ARGS
+                step._status = DONE
+                stack.pop()
+            elif st is DONE:
+                stack.pop()
+                ext = step._ext
+                if ext is not None:
+                    _end_ext(step)
+            else:
+                continue
+            # Two references: ``step`` and getrefcount's argument. Nobody kept the object.
+            if ext is None and refcount(step) == 2 and step._queue is None \
+                    and step._binary is None:
+                spare = step
         self.driver._schedule(self)
         return 0
 

@@ -332,3 +332,22 @@ def test_state_must_be_a_mapping() -> None:
 
 def _raise(exc: BaseException) -> None:
     raise exc
+
+
+async def test_step_objects_someone_kept_are_never_reused() -> None:
+    """The engine reuses a completed step object only when nothing else references it."""
+    kept: list[AsyncSteps] = []
+
+    def body(asi: AsyncSteps, i: int) -> None:
+        if i % 3 == 0:
+            kept.append(asi)
+
+    asi = AsyncSteps()
+    asi.add(lambda asi: asi.repeat(30, body))
+    await asi.promise()
+    assert len({id(k) for k in kept}) == len(kept) == 10
+    assert not any(kept)
+    with pytest.raises(TypeError):
+        import weakref
+
+        weakref.ref(kept[0])  # steps cannot be weakly referenced: a weak ref is not counted

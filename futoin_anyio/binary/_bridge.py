@@ -144,11 +144,9 @@ class _Binding:
     PARALLEL = 1
 
     def __init__(self, target: Any, kind: int) -> None:
-        # A step is held weakly (it caches this binding: no cycle). A parallel object is
-        # held strongly: only the step's stack() keeps this binding.
-        self._ref: Callable[[], Any] = (
-            weakref.ref(target) if kind == _Binding.STEP else (lambda: target)
-        )
+        # Held strongly: a step caches its binding in its ``_binary`` slot (a cycle the garbage
+        # collector breaks), which also keeps the engine from reusing that step object.
+        self._ref: Callable[[], Any] = lambda: target
         self.kind = kind
         self.handle = ffi.new_handle(self)
         self.mem = ffi.new("FtnPyAsyncSteps *")
@@ -171,8 +169,6 @@ class _Binding:
         return self.target
 
 
-# One binding per step object. The binding holds its step weakly, so the step dies normally.
-_bindings: weakref.WeakKeyDictionary[Any, _Binding] = weakref.WeakKeyDictionary()
 # Pointers from newInstance(), alive until free().
 _instances: dict[int, tuple[_Binding, Any]] = {}
 # Freed bindings are kept a while, so a use after free() finds a dead marker, not junk.
@@ -180,9 +176,9 @@ _quarantine: deque[_Binding] = deque(maxlen=256)
 
 
 def _binding(asi: Any) -> _Binding:
-    b = _bindings.get(asi)
+    b: _Binding | None = asi._binary
     if b is None:
-        b = _bindings[asi] = _Binding(asi, _Binding.STEP)
+        b = asi._binary = _Binding(asi, _Binding.STEP)
     return b
 
 
@@ -536,8 +532,7 @@ def _is_valid(b: _Binding) -> int:
 @_table("ftnpy_py_new_instance", NULL)
 def _new_instance(b: _Binding) -> Any:
     asi = _root_of(b).new_instance()
-    nb = _Binding(asi, _Binding.STEP)
-    _bindings[asi] = nb
+    nb = asi._binary = _Binding(asi, _Binding.STEP)
     _instances[_addr(nb.ptr)] = (nb, asi)
     return nb.ptr
 
