@@ -47,14 +47,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from fuzz.interp import Result, run_program
-from fuzz.js import NodeRunner, labelled_jump_leaves_parallel, static_skip_reason
+from fuzz.js import NodeRunner, static_skip_reason
 from fuzz.program import Fail, Jump, Loop, Par, Program, Step, Sub, Succeed, Wait, programs
 from hypothesis import HealthCheck, given, settings
-
-from futoin_anyio import AsyncSteps
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "500"))
 STATS: Counter[str] = Counter()
@@ -102,54 +99,11 @@ def node_runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeRunner
         Path(path).write_text(json.dumps(dict(STATS), indent=1, sort_keys=True))
 
 
-def _probe_stale_args() -> bool:
-    """BUG-F1 (reported): does the engine pass the parent's args to its first sub-step?"""
-    seen: list[tuple[Any, ...]] = []
-
-    async def main() -> None:
-        r = AsyncSteps()
-        r.add(lambda a: a.success(5))
-        r.add(lambda a, *x: a.add(lambda b, *y: seen.extend([y])))
-        await r.promise()
-
-    anyio.run(main)
-    return seen != [()]
-
-
-ENGINE_STALE_ARGS = _probe_stale_args()
-
-
-def _probe_label_lost() -> bool:
-    """BUG-F2 (reported): is a labelled break from a parallel branch applied to the wrong loop?"""
-    log: list[str] = []
-
-    def outer(a: AsyncSteps, *_: Any) -> None:
-        log.append("outer")
-        a.repeat(1, lambda b, *_: b.parallel().add(lambda c: c.break_loop("OUTER")))
-
-    async def main() -> None:
-        r = AsyncSteps()
-        r.repeat(2, outer, "OUTER")
-        await r.promise()
-
-    anyio.run(main)
-    return log != ["outer"]
-
-
-ENGINE_LOSES_LABEL = _probe_label_lost()
-
-
-def _strip_step_args(trace: list[Any]) -> list[Any]:
-    return [[e[0], e[1], *e[3:]] if e[0] in ("step", "iter") else e for e in trace]
-
-
 def _skip_reason(program: Program, res: Result) -> str | None:
     if res.collision:
         return "N1"
     if res.burst > 60:
         return "N2"
-    if ENGINE_LOSES_LABEL and labelled_jump_leaves_parallel(program.steps):
-        return "BUG-F2"
     return static_skip_reason(program)
 
 
@@ -167,11 +121,8 @@ def check_program(program: Program, node: NodeRunner | None) -> None:
     if reason is not None:
         STATS["js-skipped-" + reason] += 1
         return
-    py_trace = on_trio.trace
-    if ENGINE_STALE_ARGS:  # until BUG-F1 is fixed: compare everything but step arguments
-        py_trace, js_trace = _strip_step_args(py_trace), _strip_step_args(js_trace)
     STATS["js-compared"] += 1
-    assert (py_trace, on_trio.outcome) == (js_trace, js_outcome), program
+    assert (on_trio.trace, on_trio.outcome) == (js_trace, js_outcome), program
 
 
 @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
@@ -228,10 +179,9 @@ def test_fuzzer_exercises_everything() -> None:
 # -- disagreements the fuzzer found, one minimal example each ----------------------------------
 
 
-@pytest.mark.xfail(ENGINE_STALE_ARGS, reason="BUG-F1: stale args reach the first sub-step",
-                   strict=True)
 def test_first_substep_gets_no_args(node_runner: NodeRunner | None) -> None:
-    """BUG-F1: the first sub-step and the first step added by an error handler get no arguments.
+    """BUG-F1 (fixed): the first sub-step and the first step added by an error handler get no
+    arguments; the engine used to pass them the parent's / the failed step's incoming ones.
 
     Spec: "other arguments come from the previous as.success() call, if any"; the reference
     resets them when a step is entered and when an error unwinds.
@@ -250,12 +200,10 @@ def test_first_substep_gets_no_args(node_runner: NodeRunner | None) -> None:
         assert node_runner.run(program) == (res.trace, res.outcome)
 
 
-@pytest.mark.xfail(ENGINE_LOSES_LABEL or ENGINE_STALE_ARGS,
-                   reason="BUG-F2: label lost across a parallel",
-                   strict=True)
 def test_labelled_continue_from_parallel_branch(node_runner: NodeRunner | None) -> None:
-    """BUG-F2: a break/continue label survives leaving a parallel branch; a label no loop has
-    unwinds out of every loop as a ``LoopCont`` error (CONTRACT "Loops")."""
+    """BUG-F2 (fixed): a break/continue label survives leaving a parallel branch; a label no
+    loop has unwinds out of every loop as a ``LoopCont`` error (CONTRACT "Loops"). The engine
+    used to drop the label at the branch boundary and continue the enclosing loop instead."""
     program = Program((
         Step(1, Loop(1, "repeat", 2, None, (
             Step(2, Par(3, (Step(4, Jump(False, "nowhere")),), None)),

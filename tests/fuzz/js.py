@@ -311,32 +311,3 @@ def static_skip_reason(program: Program) -> str | None:
     if _has_nested_par(program.steps) and _has_immediate(program.steps):
         return "N3"
     return None
-
-
-def labelled_jump_leaves_parallel(nodes: tuple[Node, ...], local: tuple[str | None, ...] = (),
-                                  in_par: bool = False) -> bool:
-    """Whether a labelled break/continue may leave a parallel branch (BUG-F2's ground).
-
-    ``local`` are the labels of the loops inside the innermost enclosing branch.
-    """
-    for node in nodes:
-        if not isinstance(node, Step):
-            continue
-        b = node.body
-        if isinstance(b, Jump) and in_par and b.label is not None and b.label not in local:
-            return True
-        groups: list[tuple[tuple[Node, ...], tuple[str | None, ...], bool]] = []
-        if isinstance(b, Sub):
-            groups.append((b.children, local, in_par))
-        elif isinstance(b, Par):
-            groups.append((b.branches, (), True))
-            if b.onerror is not None:
-                groups.append((b.onerror.steps, local, in_par))
-        elif isinstance(b, Loop):
-            groups.append((b.body, (*local, b.label), in_par))
-        if node.onerror is not None:
-            groups.append((node.onerror.steps, local, in_par))
-        for children, loc, par in groups:
-            if labelled_jump_leaves_parallel(children, loc, par):
-                return True
-    return False
