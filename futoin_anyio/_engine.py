@@ -26,12 +26,12 @@ from inspect import isawaitable, iscoroutine
 from itertools import repeat as _forever
 from sys import getrefcount
 from threading import get_ident
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias
 
 from anyio import CancelScope, get_cancelled_exc_class
 
 from ._errors import Errors, FutoInError
-from ._state import State
+from ._state import State, fresh_state
 from ._tool import AsyncTool, Handle, _check_ms, current_tool
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ StepFunc: TypeAlias = Callable[..., object]
 ErrorHandler: TypeAlias = Callable[["AsyncSteps", str], object]
 #: ``oncancel(asi)``: a cancel handler.
 CancelHandler: TypeAlias = Callable[["AsyncSteps"], object]
+_Item: TypeAlias = "StepFunc | tuple[StepFunc, ErrorHandler | None]"
 
 
 class ISync(Protocol):
@@ -114,7 +115,9 @@ class AsyncSteps:
     state: State
     _flow: _Flow | None
     _parent: AsyncSteps | None
-    _queue: deque[tuple[StepFunc, ErrorHandler | None]] | None
+    # A queued step is its callable, or a ``(func, onerror)`` tuple when it has a handler: most
+    # steps have none, and a tuple per step is an allocation the garbage collector tracks.
+    _queue: deque[_Item] | None
     _onerror: ErrorHandler | None
     _ext: _Ext | None
     _func: object
@@ -122,16 +125,17 @@ class AsyncSteps:
     _tool: AsyncTool | None
     _binary: Any
 
-    def __init__(self, state: Mapping[str, Any] | None = None, tool: AsyncTool | None = None) -> None:
+    def __init__(self, state: Mapping[str, Any] | None = None,
+                 tool: AsyncTool | None = None) -> None:
         if state is None:
-            self.state = State()
+            self.state = fresh_state()
         elif isinstance(state, State):
             self.state = state
         elif isinstance(state, Mapping):
             self.state = State(state)
         else:
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
-        if tool is not None and not isinstance(tool, AsyncTool):
+        if tool is not None and type(tool) is not AsyncTool:
             raise TypeError(f"tool must be an AsyncTool, got {type(tool).__name__}")
         self._tool = tool
         self._flow = None
@@ -157,7 +161,7 @@ class AsyncSteps:
         q = self._queue
         if q is None:
             q = self._queue = deque()
-        q.append((func, onerror))
+        q.append(func if onerror is None else (func, onerror))
         return self
 
     def parallel(self, onerror: ErrorHandler | None = None) -> ParallelSteps:
@@ -430,7 +434,7 @@ class AsyncSteps:
 
     def for_each(self, collection: Mapping[Any, Any] | Iterable[Any], func: StepFunc,
                  label: str | None = None) -> Self:
-        """Call ``func(asi, key, value)`` for each item of a mapping, or index and item of a list."""
+        """Call ``func(asi, key, value)`` for each mapping item, or each index and list item."""
         if isinstance(collection, (str, bytes)) or not isinstance(collection, (Mapping, Iterable)):
             raise TypeError("for_each(): expected a mapping or a list, got "
                             f"{type(collection).__name__}")
@@ -472,21 +476,28 @@ class AsyncSteps:
         An unhandled error calls ``unhandled_error(code)`` if given, else it is logged on the
         ``futoin_anyio`` logger; it never breaks the tool.
         """
-        self._check_startable("execute()")
+        if self._status is not _MODEL or self._parent is not None:
+            self._check_startable("execute()")
+        tool = self._tool or current_tool()
+        if tool is None or tool._thread != get_ident() or (tool._closing and tool._tg is None):
+            self._no_tool(tool)
         if unhandled_error is not None and not callable(unhandled_error):
             raise TypeError("execute(): unhandled_error must be callable")
-        tool = self._tool or current_tool()
+        flow = _Flow(tool, self, [self], None)
+        self._flow = flow
+        self._status = _ROOT
+        flow.on_unhandled = unhandled_error
+        tool._roots.add(flow)
+        tool._schedule(flow)
+
+    @staticmethod
+    def _no_tool(tool: AsyncTool | None) -> NoReturn:
         if tool is None or tool._thread is None:
             _internal("execute() needs a running AsyncTool: start the root inside "
                       "`async with AsyncTool():`, pass tool=, or use `await asi.promise()`")
         if tool._closing and tool._tg is None:
             _internal("execute(): the AsyncTool has already exited")
-        if get_ident() != tool._thread:
-            raise RuntimeError("execute() must be called on the AsyncTool's event loop thread")
-        flow = self._start(tool)
-        flow.on_unhandled = unhandled_error
-        tool._roots.add(flow)
-        tool._schedule(flow)
+        raise RuntimeError("execute() must be called on the AsyncTool's event loop thread")
 
     async def promise(self) -> Any:
         """Run this root in the calling task and return its result.
@@ -575,7 +586,7 @@ class AsyncSteps:
             return tool
         return self._flow.driver if self._flow is not None else None
 
-    def _misuse(self, what: str) -> None:
+    def _misuse(self, what: str) -> NoReturn:
         st = self._status
         if st is _SUBSTEPS:
             _internal(f"{what}: this step's callback has returned and its sub-steps are running; "
@@ -593,16 +604,16 @@ class AsyncSteps:
         return f"<AsyncSteps {kind} {_STATUS_NAMES[self._status]}>"
 
     # Spec spellings (FTN12 names, as in the JS reference).
-    successStep = success_step  # noqa: N815
-    setTimeout = set_timeout  # noqa: N815
-    setCancel = set_cancel  # noqa: N815
-    waitExternal = wait_external  # noqa: N815
-    copyFrom = copy_from  # noqa: N815
-    newInstance = new_instance  # noqa: N815
-    forEach = for_each  # noqa: N815
-    loopForEach = for_each  # noqa: N815
-    breakLoop = break_loop  # noqa: N815
-    continueLoop = continue_loop  # noqa: N815
+    successStep = success_step
+    setTimeout = set_timeout
+    setCancel = set_cancel
+    waitExternal = wait_external
+    copyFrom = copy_from
+    newInstance = new_instance
+    forEach = for_each
+    loopForEach = for_each
+    breakLoop = break_loop
+    continueLoop = continue_loop
 
 
 def _is_cdata(obj: object) -> bool:
@@ -610,7 +621,7 @@ def _is_cdata(obj: object) -> bool:
     return type(obj).__module__ == "_cffi_backend"
 
 
-def _internal(message: str) -> None:
+def _internal(message: str) -> NoReturn:
     raise FutoInError(Errors.InternalError, message)
 
 
@@ -671,8 +682,20 @@ def _on_timeout(frame: AsyncSteps) -> None:
 class _Flow:
     """One sequential thread of steps: a root, or a branch of a parallel step."""
 
-    __slots__ = ("args", "driver", "finished", "interrupt", "loop_label", "on_unhandled", "par",
-                 "queued", "result_code", "root", "stack", "__weakref__")
+    __slots__ = (
+        "__weakref__",
+        "args",
+        "driver",
+        "finished",
+        "interrupt",
+        "loop_label",
+        "on_unhandled",
+        "par",
+        "queued",
+        "result_code",
+        "root",
+        "stack",
+    )
 
     def __init__(self, driver: AsyncTool, root: AsyncSteps, stack: list[AsyncSteps],
                  par: _ParallelRun | None) -> None:
@@ -702,7 +725,7 @@ class _Flow:
         cls = self.root.__class__
         new = _new
         refcount = getrefcount
-        EXEC, DONE, NO_ARGS = _EXEC, _DONE, _NO_ARGS  # noqa: N806
+        EXEC, DONE, NO_ARGS = _EXEC, _DONE, _NO_ARGS
         # A completed step object that nothing else references is reused for the next step:
         # nobody can observe it, and it saves an allocation and garbage-collector work per step.
         spare: AsyncSteps | None = None
@@ -710,7 +733,12 @@ class _Flow:
             frame = stack[-1]
             q = frame._queue
             if q:
-                func, onerror = q.popleft()
+                item = q.popleft()
+                if type(item) is tuple:
+                    func, onerror = item
+                else:
+                    func = item  # type: ignore[assignment]
+                    onerror = None
             else:
                 # The frame's queue is exhausted: the next loop iteration, or the frame completes.
                 if frame is base:
@@ -831,9 +859,9 @@ class _Flow:
 
     def throw_at(self, frame: AsyncSteps, code: str) -> None:
         """A deferred external error: applies only if ``frame`` is still the innermost step."""
-        if not self.finished and self.stack[-1] is frame and frame._status is _FAILING:
-            if self._unwind(code):
-                self.driver._schedule(self)
+        if (not self.finished and self.stack[-1] is frame and frame._status is _FAILING
+                and self._unwind(code)):
+            self.driver._schedule(self)
 
     def _unwind(self, code: str) -> bool:
         """Unwind from the innermost step outwards. ``True`` if a handler recovered."""
@@ -847,7 +875,7 @@ class _Flow:
             frame._status = _DONE
             frame._queue = None
             if frame._ext is not None:
-                code = self._cancel_frame(frame, code)
+                code = self._cancel_frame(frame, code) or code
             onerror = frame._onerror
             if onerror is None:
                 continue
@@ -1082,7 +1110,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     driver._schedule(flow)
 
 
-# -- parallel -------------------------------------------------------------------------------------
+# -- parallel --------------------------------------------------------------------------------------
 
 
 class ParallelSteps:
@@ -1192,7 +1220,7 @@ class _ParallelRun:
             flow._cancel()
 
 
-# -- loops ------------------------------------------------------------------------------------------
+# -- loops -----------------------------------------------------------------------------------------
 
 _LOOP, _REPEAT, _FOR_EACH = range(3)
 
@@ -1227,10 +1255,10 @@ class _Loop:
 
 
 class _LoopRun:
-    __slots__ = ("item", "it", "label")
+    __slots__ = ("it", "item", "label")
 
     def __init__(self, it: Iterator[tuple[Any, ...]], label: str | None,
-                 item: tuple[StepFunc, ErrorHandler]) -> None:
+                 item: tuple[StepFunc, ErrorHandler | None]) -> None:
         self.it = it
         self.label = label
         self.item = item
@@ -1268,7 +1296,7 @@ def _loop_onerror(asi: AsyncSteps, code: str) -> None:
     asi.success()
 
 
-# -- small step callables ---------------------------------------------------------------------------
+# -- small step callables --------------------------------------------------------------------------
 
 
 class _SuccessStep:
@@ -1306,7 +1334,7 @@ class _SyncStep:
         asi.sync(self.obj, self.func, self.onerror)
 
 
-# -- helpers for the sync primitives and the binary bridge ----------------------------------------
+# -- helpers for the sync primitives and the binary bridge -----------------------------------------
 
 
 def root_id(asi: AsyncSteps) -> int:

@@ -11,7 +11,8 @@ class State(dict[str, Any]):
     """A ``dict`` with attribute access, shared by a root, its steps and parallel branches.
 
     ``state.x is state["x"]``; calling the state returns it, so the spec's ``asi.state()`` works.
-    Pre-defined keys: ``error_info``, ``last_exception`` and ``async_stack``.
+    Pre-defined keys: ``error_info``, ``last_exception`` and ``async_stack`` (the callables of the
+    active steps when the last error was raised, outermost first; empty before any error).
     """
 
     __slots__ = ()
@@ -20,7 +21,7 @@ class State(dict[str, Any]):
         super().__init__(*args, **kwargs)
         self.setdefault("error_info", None)
         self.setdefault("last_exception", None)
-        self.setdefault("async_stack", [])
+        self.setdefault("async_stack", ())
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -42,3 +43,12 @@ class State(dict[str, Any]):
 
     def __repr__(self) -> str:
         return f"State({dict.__repr__(self)})"
+
+
+def fresh_state() -> State:
+    """A new State with only the pre-defined keys: the engine's fast path for every root."""
+    state: State = dict.__new__(State)
+    state["error_info"] = None
+    state["last_exception"] = None
+    state["async_stack"] = ()  # a list of step callables after an error
+    return state

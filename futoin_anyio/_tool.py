@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from heapq import heappop, heappush
 from threading import get_ident
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, cast, final
 
 import anyio
 from anyio import CancelScope, create_task_group, get_cancelled_exc_class, sleep_forever
@@ -41,6 +41,8 @@ logger = logging.getLogger("futoin_anyio")
 
 #: Steps (and immediate callbacks) a driver runs before it yields to the event loop.
 BURST = 100
+
+_CoroRunner = Callable[..., Coroutine[Any, Any, None]]
 
 _current_tool: ContextVar[AsyncTool | None] = ContextVar("futoin_anyio_tool", default=None)
 
@@ -102,15 +104,15 @@ class AsyncTool:
     __slots__ = (
         "_closing",
         "_coro_tasks",
+        "_ctx_token",
         "_current",
         "_fatal",
-        "_immediates",
         "_need_tg",
         "_pending",
         "_pending_coros",
         "_public",
         "_roots",
-        "_runq",
+        "_ready",
         "_seq",
         "_serve_scope",
         "_sleep_scope",
@@ -119,7 +121,6 @@ class AsyncTool:
         "_threadsafe",
         "_timers",
         "_token",
-        "_ctx_token",
     )
 
     def __init__(self) -> None:
@@ -135,8 +136,9 @@ class AsyncTool:
         return self
 
     def _init(self) -> None:
-        self._runq: deque[_Flow] = deque()
-        self._immediates: deque[Handle] = deque()
+        # Flows that can go on and immediate callbacks, in one FIFO (as the reference's single
+        # immediate queue orders them).
+        self._ready: deque[_Flow | Handle] = deque()
         self._timers: list[tuple[float, int, Handle]] = []
         self._seq = 0
         self._pending = 0  # scheduled handles not yet run or cancelled
@@ -146,7 +148,7 @@ class AsyncTool:
         self._threadsafe: Callable[[Callable[[], object]], object] | None = None
         self._tg: TaskGroup | None = None
         self._need_tg = False
-        self._pending_coros: list[tuple[Callable[..., Coroutine[Any, Any, None]], tuple[Any, ...]]] = []
+        self._pending_coros: list[tuple[_CoroRunner, tuple[Any, ...]]] = []
         self._coro_tasks = 0
         self._roots: set[_Flow] = set()
         self._current: _Flow | None = None
@@ -167,7 +169,7 @@ class AsyncTool:
         handle._tool = self
         if self._thread is None or get_ident() == self._thread:
             self._pending += 1
-            self._immediates.append(handle)
+            self._ready.append(handle)
             self._wake()
         else:
             self._from_thread(self._adopt_immediate, handle)
@@ -199,7 +201,7 @@ class AsyncTool:
         """Return the tool's current load."""
         return AsyncToolStatistics(
             roots=len(self._roots),
-            ready=len(self._runq),
+            ready=len(self._ready),
             scheduled=self._pending,
             tasks=self._coro_tasks + len(self._pending_coros),
         )
@@ -249,9 +251,9 @@ class AsyncTool:
     def _bind(self) -> None:
         self._thread = get_ident()
         native = current_token().native_token
-        run_soon = getattr(native, "run_sync_soon", None)  # trio
-        if run_soon is None:
-            run_soon = native.call_soon_threadsafe  # asyncio
+        # trio's token has run_sync_soon(), asyncio's loop call_soon_threadsafe(): both are
+        # non-blocking and safe to call from any thread.
+        run_soon = getattr(native, "run_sync_soon", None) or cast(Any, native).call_soon_threadsafe
         self._threadsafe = run_soon
 
     def _require_running(self, what: str) -> None:
@@ -271,7 +273,7 @@ class AsyncTool:
     def _adopt_immediate(self, handle: Handle) -> None:
         if handle._tool is self:
             self._pending += 1
-            self._immediates.append(handle)
+            self._ready.append(handle)
             self._wake()
 
     def _call_later(self, delay_s: float, func: Callable[..., object], *args: Any) -> Handle:
@@ -292,7 +294,7 @@ class AsyncTool:
         """Put a flow that can go on into the run queue."""
         if not flow.queued:
             flow.queued = True
-            self._runq.append(flow)
+            self._ready.append(flow)
             scope = self._sleep_scope
             if scope is not None:
                 self._sleep_scope = None
@@ -316,26 +318,29 @@ class AsyncTool:
             tg.start_soon(runner, *args)
 
     def _tick(self) -> None:
-        """Run ready callbacks and flows for one burst."""
+        """Run ready flows and callbacks, in FIFO order, for one burst of :data:`BURST` steps.
+
+        A callback that a flow schedules (or a flow that a callback wakes) runs in the same
+        burst, without a round-trip through the event loop.
+        """
         budget = BURST
-        imm = self._immediates
-        while imm and budget > 0:
-            handle = imm.popleft()
-            budget -= 1
-            if handle._tool is None:
-                continue
-            handle._tool = None
-            self._pending -= 1
-            _run_callback(handle)
-        runq = self._runq
-        while runq and budget > 0:
-            flow = runq.popleft()
-            flow.queued = False
-            self._current = flow
-            try:
-                budget = flow.run(budget)
-            finally:
-                self._current = None
+        ready = self._ready
+        while ready and budget > 0:
+            item = ready.popleft()
+            if type(item) is Handle:
+                budget -= 1
+                if item._tool is None:
+                    continue
+                item._tool = None
+                self._pending -= 1
+                _run_callback(item)
+            else:
+                item.queued = False
+                self._current = item
+                try:
+                    budget = item.run(budget)
+                finally:
+                    self._current = None
         if self._timers:
             self._fire_timers()
 
@@ -370,7 +375,7 @@ class AsyncTool:
         while not done():
             if self._fatal is not None or (self._need_tg and self._tg is None):
                 return
-            if self._runq or self._immediates:
+            if self._ready:
                 self._tick()
                 await checkpoint()
             else:
@@ -425,15 +430,16 @@ class AsyncTool:
         self._start_pending_coros()
 
     def _served(self) -> bool:
-        return self._closing and not self._roots and not self._pending and not self._runq
+        return self._closing and not self._roots and not self._pending and not self._ready
 
     def _cancel_all(self) -> None:
         """Cancel every root this tool runs (their cancel handlers run), drop its callbacks."""
         for flow in list(self._roots):
             flow.cancel_root()
-        for handle in self._immediates:
-            handle._tool = None
-        self._immediates.clear()
+        for item in self._ready:
+            if type(item) is Handle:
+                item._tool = None
+        self._ready.clear()
         for entry in self._timers:
             entry[2]._tool = None
         self._timers.clear()

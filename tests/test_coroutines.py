@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 import sniffio
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_async_step_result_becomes_success_argument() -> None:
     async def add(asi: AsyncSteps, a: int, b: int) -> int:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return a + b
 
     asi = AsyncSteps()
@@ -27,7 +28,7 @@ async def test_async_step_result_becomes_success_argument() -> None:
 
 async def test_async_step_returning_none_passes_no_arguments() -> None:
     async def nothing(asi: AsyncSteps) -> None:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
 
     asi = AsyncSteps()
     asi.add(nothing).add(lambda asi, *args: asi.success(args))
@@ -39,7 +40,7 @@ async def test_async_step_sub_steps_run_after_it_returns() -> None:
 
     async def step(asi: AsyncSteps) -> None:
         asi.add(lambda asi: log.append("sub-step"))
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         log.append("coroutine done")
 
     asi = AsyncSteps()
@@ -50,11 +51,11 @@ async def test_async_step_sub_steps_run_after_it_returns() -> None:
 
 async def test_async_step_exceptions_reach_error_handlers() -> None:
     async def futoin_error(asi: AsyncSteps) -> None:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         asi.error("Async", "info")
 
     async def plain_error(asi: AsyncSteps) -> None:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         raise KeyError("k")
 
     seen: list[Any] = []
@@ -77,7 +78,7 @@ async def test_success_inside_async_step_is_misuse() -> None:
 
 async def test_await_coroutine_and_native_future() -> None:
     async def compute() -> str:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return "value"
 
     asi = AsyncSteps()
@@ -134,7 +135,7 @@ async def test_async_steps_under_execute_in_tool() -> None:
     results: list[int] = []
 
     async def step(asi: AsyncSteps, i: int) -> int:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return i * 2
 
     async with AsyncTool() as tool:
@@ -168,7 +169,7 @@ async def test_keyboard_interrupt_in_async_step_is_raised_bare() -> None:
     """Never an ExceptionGroup from our internal task group."""
 
     async def step(asi: AsyncSteps) -> None:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         raise KeyboardInterrupt
 
     asi = AsyncSteps()
@@ -179,7 +180,7 @@ async def test_keyboard_interrupt_in_async_step_is_raised_bare() -> None:
 
 async def test_futoin_error_from_async_step_is_never_grouped() -> None:
     async def step(asi: AsyncSteps) -> None:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         asi.error("Plain")
 
     asi = AsyncSteps()
@@ -192,7 +193,7 @@ async def test_futoin_error_from_async_step_is_never_grouped() -> None:
 
 async def test_keyboard_interrupt_in_async_step_under_tool_is_raised_bare() -> None:
     async def step(asi: AsyncSteps) -> None:
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         raise KeyboardInterrupt
 
     log: list[str] = []

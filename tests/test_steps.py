@@ -68,7 +68,7 @@ async def test_state_is_shared_and_attribute_accessible() -> None:
     assert isinstance(asi.state, State)
     assert asi.state.error_info is None
     assert asi.state.last_exception is None
-    assert asi.state.async_stack == []
+    assert asi.state.async_stack == ()
     with pytest.raises(AttributeError, match="no variable 'missing'"):
         _ = asi.state.missing
 

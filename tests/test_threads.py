@@ -38,12 +38,15 @@ async def test_error_from_another_thread() -> None:
             except FutoInError as exc:
                 raised.append(exc.code)
 
-        threading.Thread(target=work).start()
+        threads.append(threading.Thread(target=work))
+        threads[0].start()
 
+    threads: list[threading.Thread] = []
     asi = AsyncSteps()
     asi.add(step, lambda asi, e: asi.success(e, asi.state.error_info))
     with anyio.fail_after(10):
         assert await asi.promise() == ("FromThread", "info")
+    await anyio.to_thread.run_sync(threads[0].join)
     assert raised == ["FromThread"]
 
 
