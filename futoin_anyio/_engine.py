@@ -487,6 +487,7 @@ class AsyncSteps:
         self._flow = flow
         self._status = _ROOT
         flow.on_unhandled = unhandled_error
+        flow.executed = True
         tool._roots.add(flow)
         tool._schedule(flow)
 
@@ -686,6 +687,7 @@ class _Flow:
         "__weakref__",
         "args",
         "driver",
+        "executed",
         "finished",
         "interrupt",
         "loop_label",
@@ -710,6 +712,7 @@ class _Flow:
         self.loop_label: str | None = None
         self.result_code: str | None = None
         self.on_unhandled: Callable[[str], object] | None = None
+        self.executed = False  # started by execute() (not promise())
 
     def run(self, budget: int) -> int:
         """Run steps until the flow waits or ends, or ``budget`` steps are spent.
@@ -1002,8 +1005,9 @@ class _Flow:
 
     def _root_done(self) -> None:
         driver = self.driver
-        driver._wake()  # the driver may be idle: let it see the root is over
-        if self in driver._roots:
+        if driver._sleep_scope is not None:
+            driver._wake()  # the driver is idle: let it see the root is over
+        if self.executed:
             driver._roots.discard(self)
             code = self.result_code
             if code is not None and code != Errors.Cancelled:
