@@ -29,8 +29,23 @@ import anyio
 import trio.testing
 
 from futoin_anyio import AsyncSteps, Errors, FutoInError
+from futoin_anyio._engine import flow_key
 
-from .program import LIMIT, Fail, Handler, Jump, Loop, Node, Par, Program, Step, Sub, Succeed, Wait
+from .program import (
+    LIMIT,
+    Coro,
+    Fail,
+    Handler,
+    Jump,
+    Loop,
+    Node,
+    Par,
+    Program,
+    Step,
+    Sub,
+    Succeed,
+    Wait,
+)
 
 Event = list[Any]
 
@@ -55,7 +70,16 @@ class Result:
     #: most ``step`` events at one virtual time (JS and Python yield to the loop after 100 steps
     #: at different points; see rule N2).
     burst: int = 0
-    dues: list[int] = field(default_factory=list)
+    dues: list[float] = field(default_factory=list)
+    #: the flow of each trace event: 0 for the root, else the id of the parallel branch's step
+    flows: list[int] = field(default_factory=list)
+
+    def per_flow(self) -> dict[int, list[Event]]:
+        """The trace split into one subsequence per flow."""
+        out: dict[int, list[Event]] = {}
+        for flow, ev in zip(self.flows, self.trace, strict=True):
+            out.setdefault(flow, []).append(ev)
+        return out
 
 
 class _Run:
@@ -63,18 +87,24 @@ class _Run:
         self.program = program
         self.trace: list[Event] = []
         self.counters: dict[int, int] = {}
-        self.dues: list[int] = []
+        self.dues: list[float] = []
+        #: per trace event: the flow it happened in (0: the root, else the branch's step id)
+        self.flows: list[int] = []
+        self.flow_names: dict[object, int] = {}
         self.t0 = anyio.current_time()
 
-    def now(self) -> int:
-        return round((anyio.current_time() - self.t0) * 1000)
+    def now(self) -> float:
+        # Exact: every time is a sum of dyadic fractions of a second (see program.QUANTUM).
+        t = (anyio.current_time() - self.t0) * 1000
+        return int(t) if t == int(t) else t
 
-    def rec(self, *ev: Any) -> None:
+    def rec(self, *ev: Any, asi: AsyncSteps | None = None) -> None:
         t = self.now()
         if t < LIMIT:
             self.trace.append([*ev, t])
+            self.flows.append(self.flow_names.get(flow_key(asi), 0) if asi is not None else 0)
 
-    def due(self, ms: int) -> None:
+    def due(self, ms: float) -> None:
         self.dues.append(self.now() + ms)
 
     # -- building steps -------------------------------------------------------------------------
@@ -86,15 +116,45 @@ class _Run:
             else:
                 asi.success_step(*node.args)
 
-    def step_fn(self, node: Step) -> Callable[..., None]:
+    def step_fn(self, node: Step) -> Callable[..., Any]:
+        if isinstance(node.body, Coro):
+            return self.coro_fn(node, node.body)
+
         def step(asi: AsyncSteps, *args: Any) -> None:
-            self.rec("step", node.id, list(args))
+            self.rec("step", node.id, list(args), asi=asi)
             if node.oncancel:
-                asi.set_cancel(lambda _asi: self.rec("cancel", node.id))
+                asi.set_cancel(lambda a: self.rec("cancel", node.id, asi=a))
             if node.timeout is not None:
                 self.due(node.timeout)
                 asi.set_timeout(node.timeout)
             self.body(asi, node)
+
+        return step
+
+    def branch_fn(self, node: Step) -> Callable[..., Any]:
+        """A parallel branch's step: names its flow after the step, then runs it."""
+        inner = self.step_fn(node)
+
+        def branch(asi: AsyncSteps, *args: Any) -> Any:
+            self.flow_names[flow_key(asi)] = node.id
+            return inner(asi, *args)
+
+        return branch
+
+    def coro_fn(self, node: Step, c: Coro) -> Callable[..., Any]:
+        async def step(asi: AsyncSteps, *args: Any) -> int | None:
+            self.rec("step", node.id, list(args), asi=asi)
+            if node.oncancel:
+                asi.set_cancel(lambda a: self.rec("cancel", node.id, asi=a))
+            if node.timeout is not None:
+                self.due(node.timeout)
+                asi.set_timeout(node.timeout)
+            self.due(c.ms)
+            await anyio.sleep(c.ms / 1000)
+            self.rec("awoke", node.id, asi=asi)
+            if not c.ok:
+                asi.error(c.code, f"c{node.id}")
+            return c.value
 
         return step
 
@@ -103,7 +163,7 @@ class _Run:
             return None
 
         def onerror(asi: AsyncSteps, code: str) -> None:
-            self.rec("onerror", h.id, code, norm_info(code, asi.state.error_info))
+            self.rec("onerror", h.id, code, norm_info(code, asi.state.error_info), asi=asi)
             kind = h.kind
             if kind == "recover":
                 asi.success(*h.args)
@@ -132,7 +192,7 @@ class _Run:
         elif isinstance(b, Par):
             par = asi.parallel(self.handler_fn(b.onerror))
             for branch in b.branches:
-                par.add(self.step_fn(branch), self.handler_fn(branch.onerror))
+                par.add(self.branch_fn(branch), self.handler_fn(branch.onerror))
         elif isinstance(b, Loop):
             self.loop(asi, b)
         else:
@@ -167,7 +227,7 @@ class _Run:
         self.counters[lp.id] = 0
 
         def iteration(as_: AsyncSteps, *args: Any) -> None:
-            self.rec("iter", lp.id, list(args))
+            self.rec("iter", lp.id, list(args), asi=as_)
             if lp.kind == "loop":
                 count = self.counters[lp.id]
                 self.counters[lp.id] = count + 1
@@ -226,7 +286,7 @@ class _Run:
             if ev[0] == "step":
                 per_time[ev[-1]] = per_time.get(ev[-1], 0) + 1
         return Result(self.trace, outcome, len(set(self.dues)) != len(self.dues),
-                      max(per_time.values(), default=0), self.dues)
+                      max(per_time.values(), default=0), self.dues, self.flows)
 
 
 class _VirtualSelector:

@@ -54,6 +54,20 @@ class Wait:
 
 
 @dataclass(frozen=True)
+class Coro:
+    """Python only: an ``async def`` step that sleeps ``ms`` (AnyIO's clock), then returns
+    ``value`` (``None``: no success argument) or calls ``asi.error(code)`` (``ok`` false).
+
+    ``ms`` is an odd multiple of half a quantum, so it rarely meets an engine timer (whole
+    quanta) at the same instant."""
+
+    ms: float
+    ok: bool
+    value: int | None
+    code: str
+
+
+@dataclass(frozen=True)
 class Sub:
     """Add ``children`` as sub-steps."""
 
@@ -90,7 +104,7 @@ class Jump:
     label: str | None
 
 
-Body: TypeAlias = Union[Succeed, Fail, Wait, Sub, Par, Loop, Jump]  # noqa: UP007 (forward refs)
+Body: TypeAlias = Union[Succeed, Fail, Wait, Coro, Sub, Par, Loop, Jump]  # noqa: UP007 (forward refs)
 
 
 @dataclass(frozen=True)
@@ -155,8 +169,9 @@ def _ms() -> st.SearchStrategy[int]:
 
 
 @st.composite
-def programs(draw: st.DrawFn, max_depth: int = 4) -> Program:
-    """A random :class:`Program`."""
+def programs(draw: st.DrawFn, max_depth: int = 4, python_only: bool = False) -> Program:
+    """A random :class:`Program`; with ``python_only``, also ``async def`` steps (:class:`Coro`)
+    and cancel times that may fall while one runs."""
     budget = [draw(st.integers(3, 24))]  # steps still to create (bounds program size)
 
     def new_id(ctx: _Ctx) -> int:
@@ -196,6 +211,8 @@ def programs(draw: st.DrawFn, max_depth: int = 4) -> Program:
         kinds = ["succeed", "succeed", "fail", "wait", "wait"]
         if ctx.loops:
             kinds += ["jump"]
+        if python_only:
+            kinds += ["coro", "coro"]
         if ctx.depth < max_depth and budget[0] > 0:
             kinds += ["sub", "sub", "par", "loop"]
         kind = draw(st.sampled_from(kinds))
@@ -207,6 +224,9 @@ def programs(draw: st.DrawFn, max_depth: int = 4) -> Program:
             ms = draw(st.none() | _ms())
             ok = draw(st.integers(0, 3)) > 0
             return Wait(ms, ok, draw(_args()), draw(st.sampled_from(CODES)))
+        if kind == "coro":
+            return Coro(draw(_ms()) - QUANTUM / 2, draw(st.integers(0, 3)) > 0,
+                        draw(st.none() | st.integers(0, 9)), draw(st.sampled_from(CODES)))
         if kind == "jump":
             labels = [lb for lb in ctx.loops if lb is not None]
             choice = draw(st.integers(0, 9))
