@@ -6,7 +6,10 @@ The program model and strategy are in :mod:`fuzz.program`, the Python interprete
 Every program runs in virtual time on all three, and a trace records each step, loop iteration,
 error handler and cancel handler call with its arguments and virtual time, and the outcome.
 
-asyncio vs trio: the traces must be identical, always.
+asyncio vs trio: the traces must be identical, always. A second, Python-only strategy adds
+``async def`` steps (real tasks), which JS cannot express; there the backends' task schedulers
+legitimately order same-instant events of different branches, so each flow's part of the trace
+is compared (see ``test_differential_python_only``).
 
 futoin_anyio vs JS: identical, except where the CONTRACT deliberately differs or the reference has
 a bug; each such rule is applied by the translator (R2-R5, see :mod:`fuzz.js`) or by
@@ -20,18 +23,18 @@ a bug; each such rule is applied by the translator (R2-R5, see :mod:`fuzz.js`) o
 * R5 JS parallel branches start behind one immediate callback (a reference bug loses the error of
   a branch failing synchronously during ``executeParallel``; see ``test_js_reference_quirks``).
 
-Programs where the order of same-virtual-time events in *different flows* is up to the scheduler
-are run on JS but not compared (counted in the statistics):
+Programs whose trace depends on how an implementation orders events due at the same virtual
+instant are run on JS but not compared (counted in the statistics):
 
-* N1 two timers due at the same virtual time (each implementation orders its timer queue its
-  own way);
+* N1 two timers due at the same virtual time: which fires first is the timer queue's choice
+  (and when a timeout fires while the reference has an execution pending, it cancels the root);
 * N2 more than 60 steps at one virtual time: both yield to the event loop after a burst of 100
   steps, at different points, which reorders parallel branches;
 * N3 a parallel nested in a parallel branch while immediate callbacks are pending (R5's gate
   costs two immediate hops; see :func:`fuzz.js.static_skip_reason`).
 
-Only interleaving *across flows* is exempted, never the order within one flow, and only when the
-run demonstrably had same-time events in several flows: nothing is normalised by reordering.
+N1 and N2 are decided from the Python run itself, N3 from the program; nothing is ever
+normalised by reordering a trace.
 
 Set ``FUZZ_EXAMPLES`` for a longer run by hand and ``FUZZ_STATS=path`` to get the counts as JSON.
 """
