@@ -8,15 +8,12 @@ The JS column needs node and is exercised by ``python -m benchmarks.run --quick`
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # ``pytest`` run without ``python -m``
-    sys.path.insert(0, str(REPO))
 
 from benchmarks import _worker, chart, run  # noqa: E402
 from benchmarks._common import SCENARIOS, SIZES, Measurement, check  # noqa: E402

@@ -16,8 +16,6 @@ from anyio.abc import SocketAttribute
 
 ROOT = Path(__file__).resolve().parent.parent
 # The demo lives in examples/, outside the package: import it from the checkout.
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from examples.service.protocol import LineStream  # noqa: E402
 from examples.service.server import Server  # noqa: E402
