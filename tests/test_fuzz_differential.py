@@ -36,7 +36,8 @@ instant are run on JS but not compared (counted in the statistics):
 N1 and N2 are decided from the Python run itself, N3 from the program; nothing is ever
 normalised by reordering a trace.
 
-Set ``FUZZ_EXAMPLES`` for a longer run by hand and ``FUZZ_STATS=path`` to get the counts as JSON.
+Set ``FUZZ_EXAMPLES`` for a longer run by hand, ``FUZZ_RANDOM=1`` for programs other than CI's
+fixed set, and ``FUZZ_STATS=path`` to get the counts as JSON.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ from fuzz.program import Fail, Jump, Loop, Par, Program, Step, Sub, Succeed, Wai
 from hypothesis import HealthCheck, given, settings
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "500"))
+#: CI runs a fixed set of programs; ``FUZZ_RANDOM=1`` draws new ones (by hand).
+DERANDOMIZE = not os.environ.get("FUZZ_RANDOM")
 STATS: Counter[str] = Counter()
 REF_DIR = Path("/tmp/ref/node_modules/futoin-asyncsteps")
 
@@ -128,7 +131,7 @@ def check_program(program: Program, node: NodeRunner | None) -> None:
     assert (on_trio.trace, on_trio.outcome) == (js_trace, js_outcome), program
 
 
-@settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
+@settings(max_examples=EXAMPLES, derandomize=DERANDOMIZE, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(program=programs())
 def test_differential(program: Program, node_runner: NodeRunner | None) -> None:
@@ -136,8 +139,8 @@ def test_differential(program: Program, node_runner: NodeRunner | None) -> None:
     check_program(program, node_runner)
 
 
-@settings(max_examples=max(100, EXAMPLES // 2), derandomize=True, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=max(100, EXAMPLES // 2), derandomize=DERANDOMIZE, deadline=None,
+          database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(program=programs(python_only=True))
 def test_differential_python_only(program: Program) -> None:
     """With ``async def`` steps (real tasks; no JS twin): asyncio and trio agree.
