@@ -23,6 +23,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from inspect import isawaitable, iscoroutine
+from functools import partial
 from itertools import repeat as _forever
 from sys import getrefcount
 from threading import get_ident
@@ -83,8 +84,8 @@ _NO_ARGS: tuple[Any, ...] = ()
 class _Ext:
     """The rarely used parts of a frame."""
 
-    __slots__ = ("cleanups", "coro", "loop", "oncancel", "par", "pending", "scope", "timer",
-                 "waiting")
+    __slots__ = ("cleanups", "coro", "loop", "on_end", "oncancel", "par", "pending", "scope",
+                 "timer", "waiting")
 
     def __init__(self) -> None:
         self.waiting = False
@@ -95,6 +96,7 @@ class _Ext:
         self.scope: CancelScope | None = None
         self.coro: Coroutine[Any, Any, Any] | None = None
         self.pending: str | None = None
+        self.on_end: Callable[[], None] | None = None  # called when the coroutine task ends
         self.cleanups: list[tuple[Callable[[Any], object] | None, Any]] | None = None
 
 
@@ -830,7 +832,7 @@ class _Flow:
 
     # -- errors -------------------------------------------------------------------------------
 
-    def _step_raised(self, exc: BaseException) -> bool:
+    def _step_raised(self, exc: BaseException) -> bool | None:
         """The top step's callback raised: unwind. ``True`` if the flow goes on."""
         state = self.root.state
         if isinstance(exc, FutoInError):
@@ -851,6 +853,10 @@ class _Flow:
         if self.finished:
             return
         top = self.stack[-1]
+        if top._status is _FAILING:
+            # An error is already unwinding through here (waiting for cancelled tasks to end):
+            # it will pass every enclosing step, the timed one included.
+            return
         ext = top._ext
         if top._status is _CORO and ext is not None and ext.scope is not None:
             # Let the coroutine's own cleanup finish first: unwinding goes on when its task ends.
@@ -866,14 +872,27 @@ class _Flow:
                 and self._unwind(code)):
             self.driver._schedule(self)
 
-    def _unwind(self, code: str) -> bool:
-        """Unwind from the innermost step outwards. ``True`` if a handler recovered."""
+    def _unwind(self, code: str) -> bool | None:
+        """Unwind from the innermost step outwards.
+
+        ``True`` if a handler recovered, ``False`` if the flow failed, ``None`` if the unwinding
+        waits at a parallel step for the coroutine tasks of its cancelled branches to end (it
+        goes on by itself then, as a task group's exit waits for its children).
+        """
         stack = self.stack
         state = self.root.state
         self.args = _NO_ARGS  # steps an error handler adds start with no arguments
         if code != Errors.LoopBreak and code != Errors.LoopCont:
             state.async_stack = [f._func for f in stack[1:]]
         while len(stack) > 1:
+            top = stack[-1]
+            ext = top._ext
+            if ext is not None and ext.par is not None:
+                par = ext.par
+                ext.par = None
+                if par.stop_branches(None, partial(self._resume_unwind, code)):
+                    top._status = _FAILING
+                    return None
             frame = stack.pop()
             frame._status = _DONE
             frame._queue = None
@@ -912,6 +931,10 @@ class _Flow:
             stack.pop()
         self._finish(code)
         return False
+
+    def _resume_unwind(self, code: str) -> None:
+        if not self.finished and self._unwind(code):
+            self.driver._schedule(self)
 
     def _cancel_frame(self, frame: AsyncSteps, code: str | None) -> str | None:
         """A frame leaves the stack abnormally: cancel its branches, its coroutine, its timer;
@@ -1078,6 +1101,10 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     finally:
         ext.coro = None
         driver._coro_tasks -= 1
+        on_end = ext.on_end
+        if on_end is not None:  # a parallel step's unwinding waits for this task
+            ext.on_end = None
+            driver._soon(on_end)
     pending = ext.pending
     if pending is not None:  # a timeout or external error waited for this task to end
         ext.pending = None
@@ -1178,13 +1205,15 @@ class ParallelSteps:
 class _ParallelRun:
     """One execution of a parallel step: its branch flows, joined by a counter."""
 
-    __slots__ = ("flows", "frame", "over", "remaining")
+    __slots__ = ("flows", "frame", "over", "remaining", "tasks", "then")
 
     def __init__(self, frame: AsyncSteps, count: int) -> None:
         self.frame = frame
         self.flows: list[_Flow] = []
         self.remaining = count
         self.over = False
+        self.tasks = 0  # coroutine tasks of cancelled branches still ending
+        self.then: Callable[[], None] | None = None
 
     def branch_done(self) -> None:
         self.remaining -= 1
@@ -1204,24 +1233,68 @@ class _ParallelRun:
     def branch_failed(self, failed: _Flow, code: str) -> None:
         if self.over:
             return
-        self.over = True
         frame = self.frame
         assert frame._ext is not None
         frame._ext.par = None
-        for flow in self.flows:
-            if flow is not failed:
-                flow._cancel()
         parent = frame._flow
         assert parent is not None
-        if parent._unwind(code):
-            parent.driver._schedule(parent)
+        if self.stop_branches(failed, partial(parent._resume_unwind, code)):
+            frame._status = _FAILING  # not completable while its branches' tasks end
+        else:
+            parent._resume_unwind(code)
+
+    def stop_branches(self, failed: _Flow | None, then: Callable[[], None]) -> bool:
+        """Cancel every live branch (cancel handlers run, innermost first).
+
+        ``True`` if coroutine tasks of those branches are still ending: ``then()`` is called
+        once the last one has.
+        """
+        if self.over:
+            return False
+        self.over = True
+        running: list[AsyncSteps] = []
+        for flow in self.flows:
+            if flow is not failed and not flow.finished:
+                _running_coroutines(flow, running)
+                flow._cancel()
+        if not running:
+            return False
+        self.tasks = len(running)
+        self.then = then
+        for step in running:
+            assert step._ext is not None
+            step._ext.on_end = self._task_ended
+        return True
 
     def cancel_branches(self) -> None:
+        """Cancel every live branch without waiting (the whole root is being cancelled)."""
         if self.over:
             return
         self.over = True
         for flow in self.flows:
             flow._cancel()
+
+    def _task_ended(self) -> None:
+        self.tasks -= 1
+        then = self.then
+        if not self.tasks and then is not None:
+            self.then = None
+            then()
+
+
+def _running_coroutines(flow: _Flow, out: list[AsyncSteps]) -> None:
+    """Collect the coroutine steps of ``flow`` and of the parallel branches nested in it."""
+    for frame in flow.stack:
+        ext = frame._ext
+        if ext is None:
+            continue
+        if frame._status is _CORO and ext.coro is not None:
+            out.append(frame)
+        par = ext.par
+        if par is not None and not par.over:
+            for branch in par.flows:
+                if not branch.finished:
+                    _running_coroutines(branch, out)
 
 
 # -- loops -----------------------------------------------------------------------------------------

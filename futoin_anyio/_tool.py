@@ -276,6 +276,16 @@ class AsyncTool:
             self._ready.append(handle)
             self._wake()
 
+    def _soon(self, func: Callable[..., object], *args: Any) -> None:
+        """Run ``func(*args)`` in the driver soon (engine-internal; loop thread only)."""
+        handle = Handle.__new__(Handle)
+        handle._func = func
+        handle._args = args
+        handle._tool = self
+        self._pending += 1
+        self._ready.append(handle)
+        self._wake()
+
     def _call_later(self, delay_s: float, func: Callable[..., object], *args: Any) -> Handle:
         handle = Handle.__new__(Handle)
         handle._func = func

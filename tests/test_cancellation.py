@@ -351,3 +351,57 @@ def _all_tasks() -> list[Any]:
 async def _settle() -> None:
     for _ in range(10):
         await checkpoint()
+
+
+async def test_failing_branch_waits_for_sibling_coroutines_before_parallel_onerror() -> None:
+    """Task-group semantics: the cancelled siblings' tasks end before the error goes on."""
+    log: list[str] = []
+    started = anyio.Event()
+
+    async def sibling(asi: AsyncSteps) -> None:
+        asi.set_cancel(lambda asi: log.append("sibling cancel handler"))
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.01)  # an async clean-up that takes a while
+            log.append("sibling task ended")
+
+    async def failing(asi: AsyncSteps) -> None:
+        await started.wait()
+        asi.error("Boom")
+
+    asi = AsyncSteps()
+    asi.parallel(lambda asi, e: log.append(f"par onerror {e}")).add(sibling).add(failing)
+    asi.add(lambda asi: log.append("must not run"))
+    with pytest.raises(FutoInError, match="Boom"):
+        await asi.promise()
+    assert log == ["sibling cancel handler", "sibling task ended", "par onerror Boom"]
+
+
+async def test_error_unwinding_through_parallel_waits_for_branch_coroutines() -> None:
+    log: list[str] = []
+
+    async def branch(asi: AsyncSteps) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.01)
+            log.append("branch task ended")
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.parallel().add(branch).add(lambda b: b.wait_external())
+        assert asi.tool is not None
+        asi.tool.deferred(5, lambda: None)
+
+    def trigger(asi: AsyncSteps) -> None:
+        asi.set_timeout(20)
+        asi.add(outer)
+
+    asi = AsyncSteps()
+    asi.add(trigger, lambda asi, e: log.append(f"onerror {e}"))
+    with pytest.raises(FutoInError, match="Timeout"):
+        await asi.promise()
+    assert log == ["branch task ended", "onerror Timeout"]
