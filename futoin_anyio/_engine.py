@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
-from inspect import isawaitable, iscoroutine
 from functools import partial
+from inspect import isawaitable, iscoroutine
 from itertools import repeat as _forever
 from sys import getrefcount
 from threading import get_ident
