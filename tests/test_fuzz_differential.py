@@ -30,8 +30,10 @@ instant are run on JS but not compared (counted in the statistics):
   (and when a timeout fires while the reference has an execution pending, it cancels the root);
 * N2 more than 60 steps at one virtual time: both yield to the event loop after a burst of 100
   steps, at different points, which reorders parallel branches;
-* N3 a parallel nested in a parallel branch while immediate callbacks are pending (R5's gate
-  costs two immediate hops; see :func:`fuzz.js.static_skip_reason`).
+* N3 a parallel nested in a parallel branch: R5's gate costs nested branches two immediate hops
+  relative to their parent's siblings, and the reference completes a parallel step synchronously
+  where Python resumes the parent flow one scheduler hop later (see
+  :func:`fuzz.js.static_skip_reason`).
 
 N1 and N2 are decided from the Python run itself, N3 from the program; nothing is ever
 normalised by reordering a trace.

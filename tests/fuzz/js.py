@@ -290,24 +290,16 @@ def _has_nested_par(nodes: tuple[Node, ...], in_par: bool = False) -> bool:
     return False
 
 
-def _has_immediate(nodes: tuple[Node, ...]) -> bool:
-    for node in nodes:
-        if isinstance(node, Step):
-            if isinstance(node.body, Wait) and node.body.ms is None:
-                return True
-            if any(_has_immediate(group) for group, _ in _groups(node)):
-                return True
-    return False
-
-
 def static_skip_reason(program: Program) -> str | None:
-    """Why ``program``'s JS trace may legitimately order same-time events differently, if so.
+    """Why ``program``'s JS trace may legitimately order same-instant events differently, if so.
 
-    N3: R5's gate starts every branch two immediate callbacks later than executeParallel() would;
-    a parallel nested in a branch then starts its branches after immediate callbacks queued at
-    the same virtual time by sibling flows, where Python (which runs new branches in the same
-    scheduler pass) starts them before.
+    N3: a parallel nested in a parallel branch. R5's gate starts every branch two immediate
+    callbacks later than ``executeParallel()`` would, so nested branches start later, relative
+    to their parent's siblings, than in Python (which runs new branches in the same scheduler
+    pass). And the reference completes a parallel step synchronously when its last branch ends,
+    where Python resumes the parent flow one scheduler hop later. Either way, a sibling that fails
+    at the same instant may find a nested branch, or its parent step, at a different point.
     """
-    if _has_nested_par(program.steps) and _has_immediate(program.steps):
+    if _has_nested_par(program.steps):
         return "N3"
     return None
