@@ -12,7 +12,7 @@ legitimately order same-instant events of different branches, so each flow's par
 is compared (see ``test_differential_python_only``).
 
 futoin_anyio vs JS: identical, except where the CONTRACT deliberately differs or the reference has
-a bug; each such rule is applied by the translator (R2-R5, see :mod:`fuzz.js`) or by
+a bug; each such rule is applied by the translator (R2-R6, see :mod:`fuzz.js`) or by
 :func:`fuzz.interp.norm_info` (R1):
 
 * R1 ``error_info`` of an ``InternalError`` is not compared (Python puts the exception text there).
@@ -22,6 +22,9 @@ a bug; each such rule is applied by the translator (R2-R5, see :mod:`fuzz.js`) o
   adds no step when the queue is empty).
 * R5 JS parallel branches start behind one immediate callback (a reference bug loses the error of
   a branch failing synchronously during ``executeParallel``; see ``test_js_reference_quirks``).
+* R6 a late external completion of a step that failed is ignored: here its error handler gets a
+  fresh step object and the failed one is out of service; the reference hands the failed
+  step's own object to the handler, so the late call hits its sanity check (InternalError).
 
 Programs whose trace depends on how an implementation orders events due at the same virtual
 instant are run on JS but not compared (counted in the statistics):
@@ -278,6 +281,23 @@ def test_js_reference_quirks(node_runner: NodeRunner | None) -> None:
     res = run_program(program, "trio")
     assert res.outcome == ["ok", []] and res.trace[-1] == ["step", 2, [], 0]
     assert node_runner.run(program) == (res.trace, res.outcome)
+
+
+def test_late_completion_of_a_failed_step(node_runner: NodeRunner | None) -> None:
+    """R6, found by a random run: a step times out, its handler adds a step that waits; the
+    timed-out step's own external error arrives later and is ignored (its object is out of
+    service). The step added by the handler then fails on its own, at 375 ms."""
+    program = Program((
+        Step(1, Wait(250, False, (), "E1"), timeout=125, oncancel=True,
+             onerror=_add_handler(2, Step(3, Wait(250, False, (), "E1"), oncancel=True))),
+    ))
+    res = run_program(program, "trio")
+    assert res.trace == [["step", 1, [], 0], ["cancel", 1, 125],
+                         ["onerror", 2, "Timeout", None, 125], ["step", 3, [], 125],
+                         ["cancel", 3, 375]]
+    assert res.outcome == ["error", "E1", "w3"]
+    if node_runner is not None:
+        assert node_runner.run(program) == (res.trace, res.outcome)
 
 
 def _success_step() -> Any:

@@ -20,6 +20,12 @@ Translation rules (each one mirrors a deliberate CONTRACT difference, see the te
   is ``_in_exec``: it only throws, and ``_error`` swallows it), so the parallel step then hangs.
   The gate makes every branch start after ``executeParallel()`` returned, without changing the
   order in which branches run.
+* R6: an external completion aimed at a step that has failed is ignored. In futoin_anyio the
+  error handler gets a fresh step object and the failed one is out of service (``bool(asi)`` is
+  false); the reference passes the failed step's own object to its handler, so a late
+  ``error()``/``success()`` on it still finds it in service while the handler's steps run, and
+  fails the root with InternalError ("Invalid call (sanity check)"). The translated handler
+  marks the failed step dead, and its pending completion checks the mark.
 * R3: ``repeat(0)`` / ``for_each`` over nothing becomes a step that succeeds with no arguments:
   JS adds no step at all (so the previous step's arguments pass through), while CONTRACT "Loops"
   says a loop that ends normally succeeds with no arguments.
@@ -131,8 +137,11 @@ class _Translator:
     def handler(self, h: Handler | None) -> str:
         if h is None:
             return "undefined"
-        parts = [f"R.rec('onerror', {h.id}, err, "
-                 "err === 'InternalError' ? null : (as.state.error_info ?? null));"]
+        parts = [
+            "if (as._fzTok) as._fzTok.dead = true;",  # R6
+            f"R.rec('onerror', {h.id}, err, "
+            "err === 'InternalError' ? null : (as.state.error_info ?? null));",
+        ]
         if h.kind == "recover":
             parts.append(f"as.success({_args(h.args)});")
         elif h.kind == "replace":
@@ -157,11 +166,13 @@ class _Translator:
                 done = f"as.success({_args(b.args)});"
             else:
                 done = f"try {{ as.error({_lit(b.code)}, {_lit(f'w{node.id}')}); }} catch (e) {{}}"
-            # A step object that went out of service has its state cleared by the reference.
-            cb = f"() => {{ if (!as.state) return; {done} }}"
+            # A step object that went out of service has its state cleared by the reference;
+            # one that failed and is in its error handler is marked dead by the handler (R6).
+            tok = "const tok = { dead: false };\nas._fzTok = tok;\n"
+            cb = f"() => {{ if (!as.state || tok.dead) return; {done} }}"
             if b.ms is None:
-                return f"{wait}tool.callImmediate({cb});"
-            return f"{wait}tool.callLater({cb}, {b.ms});"
+                return f"{wait}{tok}tool.callImmediate({cb});"
+            return f"{wait}{tok}tool.callLater({cb}, {b.ms});"
         if isinstance(b, Sub):
             return self.nodes("as", b.children)
         if isinstance(b, Par):
