@@ -6,18 +6,17 @@ from typing import Any
 
 import anyio
 import pytest
-import trio.testing
 
 from futoin_anyio import AsyncSteps, Errors, FutoInError
+from futoin_anyio.testing import BACKENDS, backend
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["asyncio", "trio"])
+@pytest.fixture(params=BACKENDS)
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    if request.param == "trio":
-        return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
-    return "asyncio"
+    """trio runs with an autojump MockClock: deadlines are exact and take no real time."""
+    return backend(request.param, autojump_clock=True)
 
 
 async def test_timeout_unwinds_from_innermost_step() -> None:
