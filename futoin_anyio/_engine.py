@@ -72,9 +72,10 @@ _CORO = 5  # an async def step (or await_) is running as a task
 _ROOT = 6  # a root that is executing
 _DONE = 7  # out of service
 _FAILING = 8  # failed by an external error() that is about to unwind it
+_CANCELLING = 9  # a root whose cancel() waits for its coroutine tasks to end
 
 _STATUS_NAMES = ("model", "executing", "in error handler", "running sub-steps", "waiting",
-                 "awaiting", "running root", "out of service", "failing")
+                 "awaiting", "running root", "out of service", "failing", "cancelling")
 
 _new = object.__new__
 _NO_ARGS: tuple[Any, ...] = ()
@@ -731,7 +732,7 @@ class _Flow:
         This is the hot path: per step a queue pop (or the loop's next item), one frame object,
         one call and a few checks. Module constants are bound to locals for speed.
         """
-        if self.finished:
+        if self.finished or self.root._status is _CANCELLING:
             return budget
         stack = self.stack
         base = stack[0]
@@ -861,7 +862,7 @@ class _Flow:
 
     def throw(self, code: str) -> None:
         """Raise ``code`` at the innermost active step (a timeout, an external error)."""
-        if self.finished:
+        if self.finished or self.root._status is _CANCELLING:
             return
         top = self.stack[-1]
         if top._status is _FAILING:
@@ -945,7 +946,9 @@ class _Flow:
         return False
 
     def _resume_unwind(self, code: str) -> None:
-        if not self.finished and self._unwind(code):
+        if self.finished or self.root._status is _CANCELLING:
+            return
+        if self._unwind(code):
             self.driver._schedule(self)
 
     def _cancel_frame(self, frame: AsyncSteps, code: str | None) -> str | None:
@@ -1004,10 +1007,38 @@ class _Flow:
                 self._cancel_frame(frame, None)
         stack[0]._status = _DONE
 
-    def cancel_root(self) -> None:
-        """``asi.cancel()`` on the root: cancel every flow of the root, end with ``Cancelled``."""
+    def cancel_root(self, wait: bool = True) -> None:
+        """``asi.cancel()`` on the root: cancel every flow of the root, end with ``Cancelled``.
+
+        As when the task awaiting ``promise()`` is cancelled, the root's coroutine steps are
+        cancelled first and, with ``wait``, the cancel handlers run once their tasks have ended
+        (the root's flows stand still meanwhile).
+        """
         if self.finished:
             return
+        root = self.root
+        if root._status is _CANCELLING:
+            if wait:
+                return
+        elif wait:
+            running: list[AsyncSteps] = []
+            _running_coroutines(self, running)
+            if running:
+                root._status = _CANCELLING
+                pending = [len(running)]
+
+                def task_ended() -> None:
+                    pending[0] -= 1
+                    if not pending[0]:
+                        self.cancel_root(wait=False)
+
+                for step in running:
+                    ext = step._ext
+                    assert ext is not None
+                    ext.on_end = task_ended
+                    if ext.scope is not None:
+                        ext.scope.cancel()
+                return
         self._cancel()
         self.result_code = Errors.Cancelled
         self._root_done()
@@ -1117,6 +1148,8 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
         if on_end is not None:  # a parallel step's unwinding waits for this task
             ext.on_end = None
             driver._soon(on_end)
+    if flow.root._status is _CANCELLING:
+        return  # the root's cancel() waited for this task: its cancel handlers run next
     pending = ext.pending
     if pending is not None:  # a timeout or external error waited for this task to end
         ext.pending = None

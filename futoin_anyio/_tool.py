@@ -445,7 +445,7 @@ class AsyncTool:
     def _cancel_all(self) -> None:
         """Cancel every root this tool runs (their cancel handlers run), drop its callbacks."""
         for flow in list(self._roots):
-            flow.cancel_root()
+            flow.cancel_root(wait=False)  # this driver is going away: nothing to wait with
         for item in self._ready:
             if type(item) is Handle:
                 item._tool = None

@@ -405,3 +405,43 @@ async def test_error_unwinding_through_parallel_waits_for_branch_coroutines() ->
     with pytest.raises(FutoInError, match="Timeout"):
         await asi.promise()
     assert log == ["branch task ended", "onerror Timeout"]
+
+
+@pytest.mark.parametrize("how", ["cancel()", "outer scope", "timeout"])
+async def test_coroutine_step_ends_before_outer_cancel_handlers(how: str) -> None:
+    """However the root is stopped, the inner task's finally runs before the outer handlers,
+    so an outer cancel handler never releases what the inner task still uses."""
+    log: list[str] = []
+    started = anyio.Event()
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.set_cancel(lambda asi: log.append("A_cancel"))
+        if how == "timeout":
+            asi.set_timeout(20)
+        asi.add(inner)
+
+    async def inner(asi: AsyncSteps) -> None:
+        asi.set_cancel(lambda asi: log.append("B_cancel"))
+        started.set()
+        try:
+            await anyio.sleep(10)
+        finally:
+            log.append("B finally")
+
+    root = AsyncSteps()
+    root.add(outer)
+    async with anyio.create_task_group() as tg:
+
+        async def run() -> None:
+            with contextlib.suppress(FutoInError), anyio.CancelScope() as scope:
+                outer_scope.append(scope)
+                await root.promise()
+
+        outer_scope: list[anyio.CancelScope] = []
+        tg.start_soon(run)
+        await started.wait()
+        if how == "cancel()":
+            root.cancel()
+        elif how == "outer scope":
+            outer_scope[0].cancel()
+    assert log == ["B finally", "B_cancel", "A_cancel"]
