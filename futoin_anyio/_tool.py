@@ -427,9 +427,11 @@ class AsyncTool:
             task_status.started()
             try:
                 await self._loop(self._served)
-            except BaseException:
+            except get_cancelled_exc_class():
                 self._cancel_all()
                 raise
+            except BaseException as exc:  # KeyboardInterrupt... from a step: out of __aexit__
+                self._report_fatal(exc)
             if self._fatal is not None:  # re-raised by __aexit__, after the block is cancelled
                 self._cancel_all()
                 assert self._tg is not None

@@ -207,3 +207,21 @@ async def test_keyboard_interrupt_in_async_step_under_tool_is_raised_bare() -> N
             asi.execute()
             await anyio.sleep_forever()
     assert log == ["cancel handler"]
+
+
+async def test_keyboard_interrupt_in_sync_step_under_tool_leaves_the_tool_block() -> None:
+    log: list[str] = []
+
+    def step(asi: AsyncSteps) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        async with AsyncTool():
+            waiting = AsyncSteps()
+            waiting.add(lambda asi: asi.set_cancel(lambda _: log.append("cancel handler")))
+            waiting.execute()
+            asi = AsyncSteps()
+            asi.add(step)
+            asi.execute()
+            await anyio.sleep_forever()
+    assert log == ["cancel handler"]
