@@ -605,7 +605,12 @@ class AsyncSteps:
             _internal(f"{what}: this step's callback has returned and its sub-steps are running; "
                       "the step object is no longer executing")
         if st is _DONE:
-            _internal(f"{what}: the step object is out of service (completed, failed or cancelled)")
+            hint = ""
+            if what == "success()" or what == "error()":
+                hint = ("; note that a step completes by itself when its callback returns "
+                        "without sub-steps, wait_external(), set_cancel() or set_timeout()")
+            _internal(f"{what}: the step object is out of service "
+                      f"(completed, failed or cancelled){hint}")
         if st is _ROOT:
             _internal(f"{what}: the root is executing; call it on the step's own asi")
         if st is _MODEL:
@@ -1063,6 +1068,10 @@ class _Flow:
         self.result_code = code
         par = self.par
         if par is None:
+            label = self.loop_label
+            if label is not None and (code == Errors.LoopBreak or code == Errors.LoopCont):
+                what = "break_loop" if code == Errors.LoopBreak else "continue_loop"
+                self.root.state.error_info = f"{what}({label!r}): no enclosing loop has that label"
             self._root_done()
         elif code is None:
             par.branch_done()
@@ -1098,9 +1107,10 @@ class _Flow:
         last = state.get("last_exception")
         if code == Errors.Cancelled:
             raise FutoInError(Errors.Cancelled, "the root was cancelled")
-        if isinstance(last, FutoInError) and last.code == code:
+        info = state.get("error_info")
+        if isinstance(last, FutoInError) and last.code == code and last.info is info:
             raise last
-        err = FutoInError(code, state.get("error_info"))
+        err = FutoInError(code, info)
         if isinstance(last, BaseException):
             raise err from last
         raise err

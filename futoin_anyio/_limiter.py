@@ -93,6 +93,8 @@ class Limiter:
         burst = check_queue("Limiter", "burst", burst)
         self._mutex = Mutex(concurrent, max_queue)
         self._throttle = Throttle(rate, period_ms, burst)
+        self._mutex._reject_info = "Limiter queue limit (max_queue) reached"
+        self._throttle._reject_info = "Limiter rate queue limit (burst) reached"
 
     # -- ISync ------------------------------------------------------------------------------------
 

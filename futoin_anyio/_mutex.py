@@ -70,7 +70,7 @@ class _Waiter:
             return
         if mutex._full():
             mutex._rejected += 1
-            asi.error(Errors.DefenseRejected, "Mutex queue limit")
+            asi.error(Errors.DefenseRejected, mutex._reject_info)
         self.asi = asi
         self.args = args
         self.state = QUEUED
@@ -151,13 +151,16 @@ class Mutex:
     :raises ValueError: if ``max < 1`` or ``max_queue < 0``.
     """
 
-    __slots__ = ("__weakref__", "_held", "_max", "_max_queue", "_owners", "_queue", "_rejected")
+    __slots__ = ("__weakref__", "_held", "_max", "_max_queue", "_owners", "_queue", "_reject_info",
+                 "_rejected")
 
     def __init__(self, max: int = 1, max_queue: int | None = None) -> None:
         self._max = check_count("Mutex", "max", max, 1)
         self._max_queue = check_queue("Mutex", "max_queue", max_queue)
         self._held = 0
         self._rejected = 0
+        #: ``error_info`` of a rejection (a Limiter names its own limit here).
+        self._reject_info = "Mutex queue limit (max_queue) reached"
         self._owners: dict[object, int] = {}
         self._queue: deque[_Waiter] = deque()
 
@@ -183,7 +186,7 @@ class Mutex:
             return
         if self._full():
             self._rejected += 1
-            raise rejected("Mutex")
+            raise rejected(self._reject_info)
         waiter = _Waiter(self, key)
         event = waiter.event = Event()
         waiter.state = QUEUED

@@ -68,8 +68,9 @@ def task_key() -> tuple[str, int]:
     return ("task", get_current_task().id)
 
 
-def rejected(what: str) -> FutoInError:
-    return FutoInError(Errors.DefenseRejected, f"{what} queue limit")
+def rejected(info: str) -> FutoInError:
+    """The ``DefenseRejected`` error of a full queue; ``info`` names the limit."""
+    return FutoInError(Errors.DefenseRejected, info)
 
 
 def lazy_binary(obj: object) -> Any:

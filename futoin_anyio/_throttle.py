@@ -75,7 +75,7 @@ class _Waiter:
             return
         if throttle._full():
             throttle._rejected += 1
-            asi.error(Errors.DefenseRejected, "Throttle queue limit")
+            asi.error(Errors.DefenseRejected, throttle._reject_info)
         self.asi = asi
         self.args = args
         self.state = QUEUED
@@ -152,6 +152,7 @@ class Throttle:
         "_period_end",
         "_period_ms",
         "_queue",
+        "_reject_info",
         "_rejected",
         "_timer",
         "_timer_host",
@@ -166,6 +167,8 @@ class Throttle:
         self._count = 0
         self._period_end: float | None = None  # None: no period running
         self._rejected = 0
+        #: ``error_info`` of a rejection (a Limiter names its own limit here).
+        self._reject_info = "Throttle queue limit (max_queue) reached"
         self._queue: deque[_Waiter] = deque()
         self._timer: Handle | None = None
         self._timer_host: _Waiter | None = None  # the queued flow whose AsyncTool runs the timer
@@ -191,7 +194,7 @@ class Throttle:
             return
         if self._full():
             self._rejected += 1
-            raise rejected("Throttle")
+            raise rejected(self._reject_info)
         waiter = _Waiter(self)
         event = waiter.event = Event()
         waiter.state = QUEUED

@@ -180,18 +180,26 @@ async def _run(step: StepFunc, onerror: ErrorFunc | None, limit: float | None, n
 
     from . import FutoInError
 
-    with anyio.fail_after(limit):
-        async with AsyncTool() as tool:
-            asi = AsyncSteps(tool=tool)
-            asi.add(step, record_error if onerror is not None else None)
-            try:
-                await asi.promise()
-            except FutoInError as e:
-                cause = e.__cause__
-                if isinstance(cause, Exception) and not isinstance(cause, FutoInError):
-                    # A failed assert or another Python error: show it as is.
-                    raise cause from e
-                raise
+    try:
+        with anyio.fail_after(limit):
+            async with AsyncTool() as tool:
+                asi = AsyncSteps(tool=tool)
+                asi.add(step, record_error if onerror is not None else None)
+                try:
+                    await asi.promise()
+                except FutoInError as e:
+                    cause = e.__cause__
+                    if isinstance(cause, Exception) and not isinstance(cause, FutoInError):
+                        # A failed assert or another Python error: show it as is.
+                        raise cause from e
+                    raise
+    except TimeoutError as e:
+        if e.args:
+            raise
+        raise TimeoutError(
+            f"the flow of {getattr(step, '__qualname__', step)!r} did not finish within "
+            f"{limit} s: a step waits for an external event that never came?"
+        ) from None
     if onerror is not None and not failures:
         raise AssertionError(f"{name}: the flow was expected to fail, but it succeeded")
 

@@ -6,6 +6,12 @@ import faulthandler
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import Phase, settings
+
+# The explain phase traces every line of a failing example: on our fuzz programs that takes
+# minutes. Shrinking still gives a minimal failing program.
+settings.register_profile("futoin", phases=[p for p in Phase if p is not Phase.explain])
+settings.load_profile("futoin")
 
 
 @pytest.fixture(params=["asyncio", "trio"])

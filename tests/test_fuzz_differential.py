@@ -25,6 +25,8 @@ a bug; each such rule is applied by the translator (R2-R6, see :mod:`fuzz.js`) o
 * R6 a late external completion of a step that failed is ignored: here its error handler gets a
   fresh step object and the failed one is out of service; the reference hands the failed
   step's own object to the handler, so the late call hits its sanity check (InternalError).
+* R7 a break/continue whose label no loop has ends the root with ``error_info`` naming that label
+  (the reference leaves it empty): not compared either (:func:`fuzz.interp.norm_info`).
 
 Programs whose trace depends on how an implementation orders events due at the same virtual
 instant are run on JS but not compared (counted in the statistics):

@@ -194,3 +194,12 @@ async def test_bad_loop_arguments(call: Any, exc: type[Exception]) -> None:
     with pytest.raises(FutoInError):
         await asi.promise()
     assert seen[0].startswith(exc.__name__)
+
+
+async def test_unknown_label_names_the_label_in_the_final_error() -> None:
+    asi = AsyncSteps()
+    asi.add(lambda asi: asi.loop(lambda asi: asi.continue_loop("TYPO")))
+    with pytest.raises(FutoInError) as info:
+        await asi.promise()
+    assert info.value.code == Errors.LoopCont
+    assert info.value.info == "continue_loop('TYPO'): no enclosing loop has that label"

@@ -57,7 +57,12 @@ def norm_info(code: str, info: Any) -> Any:
     with ``error_info = "ValueError: ..."``; the JS equivalent (``throw new Error(...)``) leaves
     ``error_info`` unchanged. So the info of an ``InternalError`` is not compared.
     """
-    return None if code == Errors.InternalError else info
+    if code == Errors.InternalError:
+        return None
+    if (code == Errors.LoopBreak or code == Errors.LoopCont) and isinstance(info, str) \
+            and info.endswith(": no enclosing loop has that label"):
+        return None  # rule R7
+    return info
 
 
 @dataclass
