@@ -15,7 +15,7 @@ sys.path.insert(0, str(DOCS.parent))
 
 project = "futoin_anyio"
 author = "futoin_anyio developers"
-copyright = "2024, futoin_anyio developers"
+copyright = "2026, futoin_anyio developers"
 
 extensions = ["sphinx.ext.autodoc"]
 exclude_patterns = ["_build", "_static/bench/*.md"]

@@ -58,7 +58,12 @@ class ISync(Protocol):
     """
 
     def sync(self, asi: AsyncSteps, func: StepFunc, onerror: ErrorHandler | None = None) -> object:
-        ...
+        """Add steps to ``asi`` that run ``func`` inside this object's critical section.
+
+        ``func`` receives the incoming success arguments and its results go on to the next
+        step; ``onerror`` is ``func``'s error handler. A cancelled or failed entry must give its
+        place back.
+        """
 
 
 # Step object status. A step is "in service" (usable) while MODEL, EXEC, HANDLER, WAIT, CORO or
@@ -114,6 +119,7 @@ class AsyncSteps:
     __slots__ = ("_binary", "_ext", "_flow", "_func", "_onerror", "_parent", "_queue", "_status",
                  "_tool", "state")
 
+    #: The :class:`State` shared by the root, all its steps and parallel branches.
     state: State
     _flow: _Flow | None
     _parent: AsyncSteps | None
@@ -245,6 +251,7 @@ class AsyncSteps:
         return AsyncSteps(tool=self._current_tool())
 
     def __bool__(self) -> bool:
+        """``True`` while this step object may be used; ``False`` once out of service."""
         st = self._status
         return st is not _DONE and st is not _SUBSTEPS and st is not _FAILING
 
