@@ -322,3 +322,17 @@ def test_foreign_sync_with_null_table_in_foreign_executor(root: Any, flib: Any) 
     w = _bridge.wrap_sync(sync)
     assert isinstance(w, _bridge.ForeignSync)
     flib.f_free_sync(sync)
+
+
+def test_our_mutex_in_a_foreign_executor_is_refused_clearly(root: Any, flib: Any) -> None:
+    """Known limit: our Python primitives wait on our event loop, so a foreign executor that
+    calls their FutoInSync lock() gets a clear InternalError, and no permit is taken."""
+    from futoin_anyio import Mutex
+
+    mutex = Mutex(1)
+    root.sync(mutex.binary(), lambda asi: None)
+    with pytest.raises(FutoInError, match="lockable from our AsyncSteps only") as info:
+        run(root)
+    assert info.value.code == "InternalError"
+    assert mutex.statistics().held == 0
+    assert mutex.statistics().waiting == 0
