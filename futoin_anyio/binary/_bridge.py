@@ -92,8 +92,10 @@ def _run_c(asi: Any, func: Any, *args: Any) -> Any:
         calls.pop()
     exc = call.exc
     if exc is not None:
-        if isinstance(exc, _Misuse) and asi is not None and hasattr(asi, "error"):
-            asi.error(Errors.InternalError, str(exc))
+        if isinstance(exc, _Misuse):
+            if asi is not None and hasattr(asi, "error"):
+                asi.error(Errors.InternalError, str(exc))
+            raise FutoInError(Errors.InternalError, str(exc)) from None
         raise exc
     return result
 
