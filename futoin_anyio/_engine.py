@@ -1210,7 +1210,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
 class ParallelSteps:
     """The object ``asi.parallel()`` returns: ``add()`` and ``sync()`` add branches."""
 
-    __slots__ = ("_branches", "_owner", "_started")
+    __slots__ = ("_branches", "_owner")
 
     _branches: list[tuple[StepFunc, ErrorHandler | None]]
     _owner: AsyncSteps

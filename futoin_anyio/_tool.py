@@ -114,13 +114,11 @@ class AsyncTool:
         "_ready",
         "_roots",
         "_seq",
-        "_serve_scope",
         "_sleep_scope",
         "_tg",
         "_thread",
         "_threadsafe",
         "_timers",
-        "_token",
     )
 
     def __init__(self) -> None:
@@ -143,7 +141,6 @@ class AsyncTool:
         self._seq = 0
         self._pending = 0  # scheduled handles not yet run or cancelled
         self._sleep_scope: CancelScope | None = None
-        self._serve_scope: CancelScope | None = None
         self._thread: int | None = None
         self._threadsafe: Callable[[Callable[[], object]], object] | None = None
         self._tg: TaskGroup | None = None
@@ -154,7 +151,6 @@ class AsyncTool:
         self._current: _Flow | None = None
         self._closing = False
         self._fatal: BaseException | None = None
-        self._token: object = None
         self._ctx_token: Any = None
 
     # -- the FTN12 §2.6 interface -------------------------------------------------------------
@@ -421,21 +417,19 @@ class AsyncTool:
 
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """The long-lived driver of a public AsyncTool."""
-        with CancelScope() as scope:
-            self._serve_scope = scope
-            self._tg_ready()
-            task_status.started()
-            try:
-                await self._loop(self._served)
-            except get_cancelled_exc_class():
-                self._cancel_all()
-                raise
-            except BaseException as exc:  # KeyboardInterrupt... from a step: out of __aexit__
-                self._report_fatal(exc)
-            if self._fatal is not None:  # re-raised by __aexit__, after the block is cancelled
-                self._cancel_all()
-                assert self._tg is not None
-                self._tg.cancel_scope.cancel()
+        self._tg_ready()
+        task_status.started()
+        try:
+            await self._loop(self._served)
+        except get_cancelled_exc_class():
+            self._cancel_all()
+            raise
+        except BaseException as exc:  # KeyboardInterrupt... from a step: out of __aexit__
+            self._report_fatal(exc)
+        if self._fatal is not None:  # re-raised by __aexit__, after the block is cancelled
+            self._cancel_all()
+            assert self._tg is not None
+            self._tg.cancel_scope.cancel()
 
     def _tg_ready(self) -> None:
         self._need_tg = False
