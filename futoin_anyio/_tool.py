@@ -230,17 +230,20 @@ class AsyncTool:
         self._wake()
         tg = self._tg
         assert tg is not None
+        error: BaseException | None = None
         try:
             return await tg.__aexit__(exc_type, exc, tb)
         except BaseException as err:
             self._cancel_all()
-            raise _unwrap_group(err) from None
+            error = _unwrap_group(err, exc)
         finally:
             self._tg = None
             fatal = self._fatal
             if fatal is not None:
                 self._fatal = None
-                raise fatal
+                error = fatal
+            if error is not None:
+                raise error  # outside the except clause: no group in its context
 
     # -- driver ---------------------------------------------------------------------------------
 
@@ -392,6 +395,7 @@ class AsyncTool:
         self._bind()
         await self._loop(done)
         if self._fatal is None and (self._need_tg or self._pending_coros):
+            error: BaseException | None = None
             try:
                 async with create_task_group() as tg:
                     self._tg = tg
@@ -401,9 +405,11 @@ class AsyncTool:
                         tg.cancel_scope.cancel()
                     # Coroutines of cancelled steps end here: the group waits for them.
             except BaseExceptionGroup as group:
-                raise _unwrap_group(group) from None
+                error = _unwrap_group(group)
             finally:
                 self._tg = None
+            if error is not None:
+                raise error
         fatal = self._fatal
         if fatal is not None:
             self._fatal = None
@@ -474,12 +480,19 @@ def _check_ms(what: str, value: object) -> float:
     return float(value) / 1000.0
 
 
-def _unwrap_group(err: BaseException) -> BaseException:
-    """Never let an ExceptionGroup built by our own task group reach the user."""
+def _unwrap_group(err: BaseException, body_exc: BaseException | None = None) -> BaseException:
+    """Never let an ExceptionGroup built by our own task group reach the user.
+
+    Our tasks raise nothing but cancellation, so such a group holds at most one real error: the
+    one raised in the ``async with`` body (``body_exc``, kept whole even if it is a group of the
+    user's own), or a step's KeyboardInterrupt.
+    """
     cancelled = get_cancelled_exc_class()
-    while isinstance(err, BaseExceptionGroup):
-        inner = [e for e in err.exceptions if not isinstance(e, cancelled)] or list(err.exceptions)
-        err = inner[0]
+    while isinstance(err, BaseExceptionGroup) and err is not body_exc:
+        inner = [e for e in err.exceptions if not isinstance(e, cancelled)]
+        if len(inner) > 1:
+            break  # not a wrapper of ours: leave it to the user
+        err = inner[0] if inner else err.exceptions[0]
     return err
 
 

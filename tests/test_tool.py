@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import anyio
@@ -10,6 +11,9 @@ import pytest
 
 from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError
 from futoin_anyio.testing import BACKENDS, backend
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup, ExceptionGroup
 
 pytestmark = pytest.mark.anyio
 
@@ -128,3 +132,18 @@ async def test_promise_root_cancelled_before_start() -> None:
     with pytest.raises(FutoInError, match="cancelled before it started"):
         await asi.promise()
     assert Errors.Cancelled == "Cancelled"
+
+
+async def test_body_exceptions_leave_the_tool_block_unwrapped() -> None:
+    with pytest.raises(ValueError, match="from the body") as info:
+        async with AsyncTool():
+            raise ValueError("from the body")
+    assert not isinstance(info.value, BaseExceptionGroup)
+
+    group = ExceptionGroup("the user's own", [KeyError(1), KeyError(2)])
+    with pytest.raises(ExceptionGroup) as caught:
+        async with AsyncTool():
+            raise group
+    # The user's own group comes out whole (trio may hand back a derived copy of it).
+    assert caught.value.message == "the user's own"
+    assert caught.value.exceptions == group.exceptions
