@@ -1141,7 +1141,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     driver = flow.driver
     error: Exception | None = None
     result: Any = None
-    driver._coro_tasks += 1
+    driver._task_started()
     try:
         if step._status is not _CORO:  # cancelled before its task could start
             coro.close()
@@ -1160,7 +1160,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
         ext.scope = None
     finally:
         ext.coro = None
-        driver._coro_tasks -= 1
+        driver._task_ended()
         on_end = ext.on_end
         if on_end is not None:  # a parallel step's unwinding waits for this task
             ext.on_end = None

@@ -104,6 +104,7 @@ class AsyncTool:
     __slots__ = (
         "_closing",
         "_coro_tasks",
+        "_tasks_idle",
         "_ctx_token",
         "_current",
         "_fatal",
@@ -147,6 +148,7 @@ class AsyncTool:
         self._need_tg = False
         self._pending_coros: list[tuple[_CoroRunner, tuple[Any, ...]]] = []
         self._coro_tasks = 0
+        self._tasks_idle: anyio.Event | None = None
         self._roots: set[_Flow] = set()
         self._current: _Flow | None = None
         self._closing = False
@@ -225,9 +227,7 @@ class AsyncTool:
     ) -> bool | None:
         _current_tool.reset(self._ctx_token)
         self._closing = True
-        if exc is not None:
-            self._cancel_all()
-        self._wake()
+        self._wake()  # on an exception, the task group cancels the driver: see _serve()
         tg = self._tg
         assert tg is not None
         error: BaseException | None = None
@@ -428,6 +428,10 @@ class AsyncTool:
         try:
             await self._loop(self._served)
         except get_cancelled_exc_class():
+            # The block is left by an exception or a cancellation. As under promise(): the
+            # coroutine steps (innermost) end first, then every root's cancel handlers run.
+            with CancelScope(shield=True):
+                await self._tasks_ended()
             self._cancel_all()
             raise
         except BaseException as exc:  # KeyboardInterrupt... from a step: out of __aexit__
@@ -436,6 +440,21 @@ class AsyncTool:
             self._cancel_all()
             assert self._tg is not None
             self._tg.cancel_scope.cancel()
+
+    def _task_started(self) -> None:
+        self._coro_tasks += 1
+
+    def _task_ended(self) -> None:
+        self._coro_tasks -= 1
+        idle = self._tasks_idle
+        if not self._coro_tasks and idle is not None:
+            self._tasks_idle = None
+            idle.set()
+
+    async def _tasks_ended(self) -> None:
+        while self._coro_tasks:
+            idle = self._tasks_idle = anyio.Event()
+            await idle.wait()
 
     def _tg_ready(self) -> None:
         self._need_tg = False

@@ -445,3 +445,35 @@ async def test_coroutine_step_ends_before_outer_cancel_handlers(how: str) -> Non
         elif how == "outer scope":
             outer_scope[0].cancel()
     assert log == ["B finally", "B_cancel", "A_cancel"]
+
+
+@pytest.mark.parametrize("how", ["exception", "outer scope"])
+async def test_tool_block_left_early_ends_coroutines_before_cancel_handlers(how: str) -> None:
+    log: list[str] = []
+    started = anyio.Event()
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.set_cancel(lambda asi: log.append("A_cancel"))
+        asi.add(inner)
+
+    async def inner(asi: AsyncSteps) -> None:
+        asi.set_cancel(lambda asi: log.append("B_cancel"))
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.01)
+            log.append("B finally")
+
+    with contextlib.suppress(RuntimeError), anyio.CancelScope() as scope:
+        async with AsyncTool():
+            root = AsyncSteps()
+            root.add(outer)
+            root.execute()
+            await started.wait()
+            if how == "exception":
+                raise RuntimeError("leave the block")
+            scope.cancel()
+            await anyio.sleep_forever()
+    assert log == ["B finally", "B_cancel", "A_cancel"]
