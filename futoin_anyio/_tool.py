@@ -104,7 +104,6 @@ class AsyncTool:
     __slots__ = (
         "_closing",
         "_coro_tasks",
-        "_tasks_idle",
         "_ctx_token",
         "_current",
         "_fatal",
@@ -116,6 +115,7 @@ class AsyncTool:
         "_roots",
         "_seq",
         "_sleep_scope",
+        "_tasks_idle",
         "_tg",
         "_thread",
         "_threadsafe",
