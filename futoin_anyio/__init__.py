@@ -1,20 +1,20 @@
 """FutoIn AsyncSteps (FTN12 v1.14) native to AnyIO and Trio structured concurrency."""
 
 from ._engine import AsyncSteps as AsyncSteps
-from ._engine import ISync as ISync
-from ._engine import ParallelSteps as ParallelSteps
 from ._errors import Errors as Errors
 from ._errors import FutoInError as FutoInError
 from ._limiter import Limiter as Limiter
 from ._limiter import LimiterStatistics as LimiterStatistics
 from ._mutex import Mutex as Mutex
 from ._mutex import MutexStatistics as MutexStatistics
+from ._parallel import ParallelSteps as ParallelSteps
 from ._state import State as State
 from ._throttle import Throttle as Throttle
 from ._throttle import ThrottleStatistics as ThrottleStatistics
 from ._tool import AsyncTool as AsyncTool
 from ._tool import AsyncToolStatistics as AsyncToolStatistics
 from ._tool import Handle as Handle
+from ._types import ISync as ISync
 
 __all__ = (
     "AsyncSteps",

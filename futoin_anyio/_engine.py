@@ -15,94 +15,56 @@ Error unwinding (``_Flow._unwind``) pops frames innermost first; at each one the
 runs, then the error handler, which may recover (``success()`` or ``add()``), replace the error
 (``error()``) or pass it on (return). Cancellation (``_Flow._cancel``) pops frames the same way
 but runs only cancel handlers.
+
+Around this module: ``_frame`` (statuses, the rare frame parts), ``_types`` (callback types,
+ISync), ``_loops`` (loop steps), ``_parallel`` (parallel steps) and ``_tool`` (the driver).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from functools import partial
 from inspect import isawaitable, iscoroutine
-from itertools import repeat as _forever
 from sys import getrefcount
 from threading import get_ident
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from anyio import CancelScope, get_cancelled_exc_class
 
 from ._errors import Errors, FutoInError
+from ._frame import (
+    _CANCELLING,
+    _CORO,
+    _DONE,
+    _EXEC,
+    _FAILING,
+    _HANDLER,
+    _MODEL,
+    _NO_ARGS,
+    _ROOT,
+    _STATUS_NAMES,
+    _SUBSTEPS,
+    _WAIT,
+    _end_ext,
+    _Ext,
+    _internal,
+    _new,
+    _run_cleanups,
+)
+from ._loops import _FOR_EACH, _LOOP, _REPEAT, _Loop
 from ._state import State, fresh_state
-from ._tool import AsyncTool, Handle, _check_ms, current_tool
+from ._tool import AsyncTool, _check_ms, current_tool
+from ._types import CancelHandler, ErrorHandler, ISync, StepFunc, _Item
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ("AsyncSteps", "ISync", "ParallelSteps", "flow_key", "root_id")
+    from ._parallel import ParallelSteps, _ParallelRun
+
+__all__ = ("AsyncSteps", "flow_key", "root_id")
 
 logger = logging.getLogger("futoin_anyio")
-
-#: ``func(asi, *args)``: a step. May be ``async def``.
-StepFunc: TypeAlias = Callable[..., object]
-#: ``onerror(asi, code)``: an error handler.
-ErrorHandler: TypeAlias = Callable[["AsyncSteps", str], object]
-#: ``oncancel(asi)``: a cancel handler.
-CancelHandler: TypeAlias = Callable[["AsyncSteps"], object]
-_Item: TypeAlias = "StepFunc | tuple[StepFunc, ErrorHandler | None]"
-
-
-class ISync(Protocol):
-    """The synchronisation protocol of FTN12 §1.11.3: ``obj.sync(asi, func, onerror)``.
-
-    An implementation adds steps to ``asi`` that enter its critical section, run ``func`` with the
-    incoming success arguments, leave the section and pass ``func``'s result on.
-    """
-
-    def sync(self, asi: AsyncSteps, func: StepFunc, onerror: ErrorHandler | None = None) -> object:
-        """Add steps to ``asi`` that run ``func`` inside this object's critical section.
-
-        ``func`` receives the incoming success arguments and its results go on to the next
-        step; ``onerror`` is ``func``'s error handler. A cancelled or failed entry must give its
-        place back.
-        """
-
-
-# Step object status. A step is "in service" (usable) while MODEL, EXEC, HANDLER, WAIT, CORO or
-# ROOT; the engine checks the status on every API call.
-_MODEL = 0  # a root not executed yet: add() builds level 0
-_EXEC = 1  # its execute callback is running
-_HANDLER = 2  # its error handler is running (a fresh object in the failed step's place)
-_SUBSTEPS = 3  # its callback returned, its sub-steps run
-_WAIT = 4  # waiting for an external success()/error(), a timeout or a cancel
-_CORO = 5  # an async def step (or await_) is running as a task
-_ROOT = 6  # a root that is executing
-_DONE = 7  # out of service
-_FAILING = 8  # failed by an external error() that is about to unwind it
-_CANCELLING = 9  # a root whose cancel() waits for its coroutine tasks to end
-
-_STATUS_NAMES = ("model", "executing", "in error handler", "running sub-steps", "waiting",
-                 "awaiting", "running root", "out of service", "failing", "cancelling")
-
-_new = object.__new__
-_NO_ARGS: tuple[Any, ...] = ()
-
-
-class _Ext:
-    """The rarely used parts of a frame."""
-
-    __slots__ = ("cleanups", "coro", "loop", "on_end", "oncancel", "par", "pending", "scope",
-                 "timer", "waiting")
-
-    def __init__(self) -> None:
-        self.waiting = False
-        self.oncancel: CancelHandler | None = None
-        self.timer: Handle | None = None
-        self.par: _ParallelRun | None = None
-        self.loop: _LoopRun | None = None
-        self.scope: CancelScope | None = None
-        self.coro: Coroutine[Any, Any, Any] | None = None
-        self.pending: str | None = None
-        self.on_end: Callable[[], None] | None = None  # called when the coroutine task ends
-        self.cleanups: list[tuple[Callable[[Any], object] | None, Any]] | None = None
 
 
 class AsyncSteps:
@@ -181,6 +143,8 @@ class AsyncSteps:
         branch has completed; the first branch error cancels the other branches and reaches
         ``onerror``. The parallel step succeeds with no arguments.
         """
+        from ._parallel import ParallelSteps
+
         par = ParallelSteps._create(self)
         self.add(par._run, onerror)
         return par
@@ -646,10 +610,6 @@ def _is_cdata(obj: object) -> bool:
     return type(obj).__module__ == "_cffi_backend"
 
 
-def _internal(message: str) -> NoReturn:
-    raise FutoInError(Errors.InternalError, message)
-
-
 def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
     frame: AsyncSteps = _new(parent.__class__)
     frame._binary = None
@@ -662,32 +622,6 @@ def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
     frame._func = None
     frame._status = status
     return frame
-
-
-def _end_ext(frame: AsyncSteps) -> None:
-    """A frame completed normally: drop its timer and cancel handler, run stack() cleanups."""
-    ext = frame._ext
-    if ext is None:
-        return
-    timer = ext.timer
-    if timer is not None:
-        ext.timer = None
-        timer.cancel()
-    ext.oncancel = None
-    if ext.cleanups:
-        _run_cleanups(ext)
-
-
-def _run_cleanups(ext: _Ext) -> None:
-    cleanups = ext.cleanups
-    ext.cleanups = None
-    assert cleanups is not None
-    for cleanup, obj in reversed(cleanups):
-        if cleanup is not None:
-            try:
-                cleanup(obj)
-            except Exception:
-                logger.exception("stack() cleanup %r raised", cleanup)
 
 
 def _on_timeout(frame: AsyncSteps) -> None:
@@ -1033,6 +967,8 @@ class _Flow:
             if wait:
                 return
         elif wait:
+            from ._parallel import _running_coroutines
+
             running: list[AsyncSteps] = []
             _running_coroutines(self, running)
             if running:
@@ -1204,238 +1140,6 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     driver._schedule(flow)
 
 
-# -- parallel --------------------------------------------------------------------------------------
-
-
-class ParallelSteps:
-    """The object ``asi.parallel()`` returns: ``add()`` and ``sync()`` add branches."""
-
-    __slots__ = ("_branches", "_owner")
-
-    _branches: list[tuple[StepFunc, ErrorHandler | None]]
-    _owner: AsyncSteps
-
-    def __init__(self) -> None:
-        raise TypeError("ParallelSteps is created by AsyncSteps.parallel()")
-
-    @classmethod
-    def _create(cls, owner: AsyncSteps) -> ParallelSteps:
-        self: ParallelSteps = _new(cls)
-        self._branches = []
-        self._owner = owner
-        return self
-
-    def add(self, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
-        """Add a branch: a step that runs as its own flow; returns ``self`` for chaining."""
-        if not callable(func):
-            _internal(f"parallel add(): the step must be callable, got {type(func).__name__}")
-        if onerror is not None and not callable(onerror):
-            _internal(f"parallel add(): onerror must be callable, got {type(onerror).__name__}")
-        self._branches.append((func, onerror))
-        return self
-
-    def sync(self, obj: ISync, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
-        """Add a branch synchronised against ``obj``."""
-        return self.add(_SyncStep(obj, func, onerror))
-
-    @property
-    def state(self) -> State:
-        """The shared state of the root."""
-        return self._owner.state
-
-    def _run(self, asi: AsyncSteps, *args: Any) -> None:
-        branches = self._branches
-        if not branches:
-            return
-        flow = asi._flow
-        assert flow is not None
-        driver = flow.driver
-        run = _ParallelRun(asi, len(branches))
-        ext = asi._ext = _Ext()
-        ext.waiting = True
-        ext.par = run
-        flows = run.flows
-        root = flow.root
-        for branch in branches:
-            container = _new_frame(asi, flow, _SUBSTEPS)
-            container._queue = [branch]
-            bflow = _Flow(driver, root, [container], run)
-            container._flow = bflow
-            flows.append(bflow)
-            driver._schedule(bflow)
-
-
-class _ParallelRun:
-    """One execution of a parallel step: its branch flows, joined by a counter."""
-
-    __slots__ = ("flows", "frame", "over", "remaining", "tasks", "then")
-
-    def __init__(self, frame: AsyncSteps, count: int) -> None:
-        self.frame = frame
-        self.flows: list[_Flow] = []
-        self.remaining = count
-        self.over = False
-        self.tasks = 0  # coroutine tasks of cancelled branches still ending
-        self.then: Callable[[], None] | None = None
-
-    def branch_done(self) -> None:
-        self.remaining -= 1
-        if self.remaining or self.over:
-            return
-        self.over = True
-        frame = self.frame
-        flow = frame._flow
-        assert flow is not None and frame._ext is not None
-        frame._ext.par = None
-        frame._status = _DONE
-        flow.stack.pop()
-        _end_ext(frame)
-        flow.args = _NO_ARGS
-        flow.driver._schedule(flow)
-
-    def branch_failed(self, failed: _Flow, code: str) -> None:
-        if self.over:
-            return
-        frame = self.frame
-        assert frame._ext is not None
-        frame._ext.par = None
-        parent = frame._flow
-        assert parent is not None
-        if self.stop_branches(failed, partial(parent._resume_unwind, code)):
-            frame._status = _FAILING  # not completable while its branches' tasks end
-        else:
-            parent._resume_unwind(code)
-
-    def stop_branches(self, failed: _Flow | None, then: Callable[[], None]) -> bool:
-        """Cancel every live branch (cancel handlers run, innermost first).
-
-        ``True`` if coroutine tasks of those branches are still ending: ``then()`` is called
-        once the last one has.
-        """
-        if self.over:
-            return False
-        self.over = True
-        running: list[AsyncSteps] = []
-        for flow in self.flows:
-            if flow is not failed and not flow.finished:
-                _running_coroutines(flow, running)
-                flow._cancel()
-        if not running:
-            return False
-        self.tasks = len(running)
-        self.then = then
-        for step in running:
-            assert step._ext is not None
-            step._ext.on_end = self._task_ended
-        return True
-
-    def cancel_branches(self) -> None:
-        """Cancel every live branch without waiting (the whole root is being cancelled)."""
-        if self.over:
-            return
-        self.over = True
-        for flow in self.flows:
-            flow._cancel()
-
-    def _task_ended(self) -> None:
-        self.tasks -= 1
-        then = self.then
-        if not self.tasks and then is not None:
-            self.then = None
-            then()
-
-
-def _running_coroutines(flow: _Flow, out: list[AsyncSteps]) -> None:
-    """Collect the coroutine steps of ``flow`` and of the parallel branches nested in it."""
-    for frame in flow.stack:
-        ext = frame._ext
-        if ext is None:
-            continue
-        if frame._status is _CORO and ext.coro is not None:
-            out.append(frame)
-        par = ext.par
-        if par is not None and not par.over:
-            for branch in par.flows:
-                if not branch.finished:
-                    _running_coroutines(branch, out)
-
-
-# -- loops -----------------------------------------------------------------------------------------
-
-_LOOP, _REPEAT, _FOR_EACH = range(3)
-
-
-class _Loop:
-    """The step that runs a loop; its iterations are its sub-steps."""
-
-    __slots__ = ("data", "func", "kind", "label")
-
-    def __init__(self, kind: int, func: StepFunc, label: str | None, data: Any) -> None:
-        self.kind = kind
-        self.func = func
-        self.label = label
-        self.data = data
-
-    def __call__(self, asi: AsyncSteps, *args: Any) -> None:
-        kind = self.kind
-        it: Iterator[tuple[Any, ...]]
-        if kind == _REPEAT:
-            it = zip(range(self.data))
-        elif kind == _FOR_EACH:
-            data = self.data
-            it = iter(data.items()) if isinstance(data, Mapping) else enumerate(data)
-        else:
-            it = _forever(_NO_ARGS)
-        run = _LoopRun(it, self.label, (self.func, _loop_onerror))
-        ext = asi._ext = _Ext()
-        ext.loop = run
-        flow = asi._flow
-        assert flow is not None
-        run.next_iteration(asi, flow)
-
-
-class _LoopRun:
-    __slots__ = ("it", "item", "label")
-
-    def __init__(self, it: Iterator[tuple[Any, ...]], label: str | None,
-                 item: tuple[StepFunc, ErrorHandler | None]) -> None:
-        self.it = it
-        self.label = label
-        self.item = item
-
-    def next_iteration(self, frame: AsyncSteps, flow: _Flow) -> bool:
-        args = next(self.it, None)
-        if args is None:
-            flow.args = _NO_ARGS  # a loop that ends normally succeeds with no arguments
-            return False
-        flow.args = args
-        q = frame._queue
-        if q is None:
-            q = frame._queue = []
-        q.append(self.item)
-        return True
-
-
-def _loop_onerror(asi: AsyncSteps, code: str) -> None:
-    """The error handler of each iteration: catches break/continue aimed at this loop."""
-    if code != Errors.LoopBreak and code != Errors.LoopCont:
-        return
-    frame = asi._parent
-    flow = asi._flow
-    assert frame is not None and flow is not None and frame._ext is not None
-    run = frame._ext.loop
-    assert run is not None
-    root_flow = flow.root._flow
-    assert root_flow is not None
-    label = root_flow.loop_label
-    if label is not None and label != run.label:
-        return
-    root_flow.loop_label = None
-    if code == Errors.LoopBreak:
-        run.it = iter(())
-    asi.success()
-
-
 # -- small step callables --------------------------------------------------------------------------
 
 
@@ -1460,18 +1164,6 @@ class _AwaitStep:
 
     async def _wait(self) -> Any:
         return await self.aw
-
-
-class _SyncStep:
-    __slots__ = ("func", "obj", "onerror")
-
-    def __init__(self, obj: ISync, func: StepFunc, onerror: ErrorHandler | None) -> None:
-        self.obj = obj
-        self.func = func
-        self.onerror = onerror
-
-    def __call__(self, asi: AsyncSteps, *_: Any) -> None:
-        asi.sync(self.obj, self.func, self.onerror)
 
 
 # -- helpers for the sync primitives and the binary bridge -----------------------------------------

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, final
 
-from ._engine import AsyncSteps, ErrorHandler, StepFunc
+from ._engine import AsyncSteps
 from ._mutex import Mutex
 from ._sync_common import (
     check_count,
@@ -17,6 +17,7 @@ from ._sync_common import (
     task_key,
 )
 from ._throttle import Throttle
+from ._types import ErrorHandler, StepFunc
 
 __all__ = ("Limiter", "LimiterStatistics")
 

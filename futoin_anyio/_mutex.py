@@ -11,7 +11,7 @@ from typing import Any, final
 from anyio import Event
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
-from ._engine import AsyncSteps, ErrorHandler, StepFunc, flow_key
+from ._engine import AsyncSteps, flow_key
 from ._errors import Errors
 from ._sync_common import (
     DONE,
@@ -25,6 +25,7 @@ from ._sync_common import (
     rejected,
     task_key,
 )
+from ._types import ErrorHandler, StepFunc
 
 __all__ = ("Mutex", "MutexStatistics")
 

@@ -11,7 +11,7 @@ from typing import Any, final
 from anyio import Event, current_time, move_on_at
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
-from ._engine import AsyncSteps, ErrorHandler, StepFunc
+from ._engine import AsyncSteps
 from ._errors import Errors
 from ._sync_common import (
     DONE,
@@ -26,6 +26,7 @@ from ._sync_common import (
     rejected,
 )
 from ._tool import Handle
+from ._types import ErrorHandler, StepFunc
 
 __all__ = ("Throttle", "ThrottleStatistics")
 

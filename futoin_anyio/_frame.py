@@ -1,0 +1,88 @@
+"""What every frame shares: the step statuses, the rarely used frame parts, their clean-up."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from ._errors import Errors, FutoInError
+
+if TYPE_CHECKING:
+    from anyio import CancelScope
+
+    from ._engine import AsyncSteps
+    from ._loops import _LoopRun
+    from ._parallel import _ParallelRun
+    from ._tool import Handle
+    from ._types import CancelHandler
+
+logger = logging.getLogger("futoin_anyio")
+
+# Step object status. A step is "in service" (usable) while MODEL, EXEC, HANDLER, WAIT, CORO or
+# ROOT; the engine checks the status on every API call.
+_MODEL = 0  # a root not executed yet: add() builds level 0
+_EXEC = 1  # its execute callback is running
+_HANDLER = 2  # its error handler is running (a fresh object in the failed step's place)
+_SUBSTEPS = 3  # its callback returned, its sub-steps run
+_WAIT = 4  # waiting for an external success()/error(), a timeout or a cancel
+_CORO = 5  # an async def step (or await_) is running as a task
+_ROOT = 6  # a root that is executing
+_DONE = 7  # out of service
+_FAILING = 8  # failed by an external error() that is about to unwind it
+_CANCELLING = 9  # a root whose cancel() waits for its coroutine tasks to end
+
+_STATUS_NAMES = ("model", "executing", "in error handler", "running sub-steps", "waiting",
+                 "awaiting", "running root", "out of service", "failing", "cancelling")
+
+_new = object.__new__
+_NO_ARGS: tuple[Any, ...] = ()
+
+
+class _Ext:
+    """The rarely used parts of a frame."""
+
+    __slots__ = ("cleanups", "coro", "loop", "on_end", "oncancel", "par", "pending", "scope",
+                 "timer", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting = False
+        self.oncancel: CancelHandler | None = None
+        self.timer: Handle | None = None
+        self.par: _ParallelRun | None = None
+        self.loop: _LoopRun | None = None
+        self.scope: CancelScope | None = None
+        self.coro: Coroutine[Any, Any, Any] | None = None
+        self.pending: str | None = None
+        self.on_end: Callable[[], None] | None = None  # called when the coroutine task ends
+        self.cleanups: list[tuple[Callable[[Any], object] | None, Any]] | None = None
+
+
+def _internal(message: str) -> NoReturn:
+    raise FutoInError(Errors.InternalError, message)
+
+
+def _end_ext(frame: AsyncSteps) -> None:
+    """A frame completed normally: drop its timer and cancel handler, run stack() cleanups."""
+    ext = frame._ext
+    if ext is None:
+        return
+    timer = ext.timer
+    if timer is not None:
+        ext.timer = None
+        timer.cancel()
+    ext.oncancel = None
+    if ext.cleanups:
+        _run_cleanups(ext)
+
+
+def _run_cleanups(ext: _Ext) -> None:
+    cleanups = ext.cleanups
+    ext.cleanups = None
+    assert cleanups is not None
+    for cleanup, obj in reversed(cleanups):
+        if cleanup is not None:
+            try:
+                cleanup(obj)
+            except Exception:
+                logger.exception("stack() cleanup %r raised", cleanup)

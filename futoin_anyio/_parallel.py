@@ -1,0 +1,184 @@
+"""Parallel steps (§1.4): branches as separate flows, joined like a task group."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ._engine import _Flow, _new_frame
+from ._frame import _CORO, _DONE, _FAILING, _NO_ARGS, _SUBSTEPS, _end_ext, _Ext, _internal, _new
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ._engine import AsyncSteps
+    from ._state import State
+    from ._types import ErrorHandler, ISync, StepFunc
+
+__all__ = ("ParallelSteps",)
+
+
+class ParallelSteps:
+    """The object ``asi.parallel()`` returns: ``add()`` and ``sync()`` add branches."""
+
+    __slots__ = ("_branches", "_owner")
+
+    _branches: list[tuple[StepFunc, ErrorHandler | None]]
+    _owner: AsyncSteps
+
+    def __init__(self) -> None:
+        raise TypeError("ParallelSteps is created by AsyncSteps.parallel()")
+
+    @classmethod
+    def _create(cls, owner: AsyncSteps) -> ParallelSteps:
+        self: ParallelSteps = _new(cls)
+        self._branches = []
+        self._owner = owner
+        return self
+
+    def add(self, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
+        """Add a branch: a step that runs as its own flow; returns ``self`` for chaining."""
+        if not callable(func):
+            _internal(f"parallel add(): the step must be callable, got {type(func).__name__}")
+        if onerror is not None and not callable(onerror):
+            _internal(f"parallel add(): onerror must be callable, got {type(onerror).__name__}")
+        self._branches.append((func, onerror))
+        return self
+
+    def sync(self, obj: ISync, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
+        """Add a branch synchronised against ``obj``."""
+        return self.add(_SyncStep(obj, func, onerror))
+
+    @property
+    def state(self) -> State:
+        """The shared state of the root."""
+        return self._owner.state
+
+    def _run(self, asi: AsyncSteps, *args: Any) -> None:
+        branches = self._branches
+        if not branches:
+            return
+        flow = asi._flow
+        assert flow is not None
+        driver = flow.driver
+        run = _ParallelRun(asi, len(branches))
+        ext = asi._ext = _Ext()
+        ext.waiting = True
+        ext.par = run
+        flows = run.flows
+        root = flow.root
+        for branch in branches:
+            container = _new_frame(asi, flow, _SUBSTEPS)
+            container._queue = [branch]
+            bflow = _Flow(driver, root, [container], run)
+            container._flow = bflow
+            flows.append(bflow)
+            driver._schedule(bflow)
+
+
+class _ParallelRun:
+    """One execution of a parallel step: its branch flows, joined by a counter."""
+
+    __slots__ = ("flows", "frame", "over", "remaining", "tasks", "then")
+
+    def __init__(self, frame: AsyncSteps, count: int) -> None:
+        self.frame = frame
+        self.flows: list[_Flow] = []
+        self.remaining = count
+        self.over = False
+        self.tasks = 0  # coroutine tasks of cancelled branches still ending
+        self.then: Callable[[], None] | None = None
+
+    def branch_done(self) -> None:
+        self.remaining -= 1
+        if self.remaining or self.over:
+            return
+        self.over = True
+        frame = self.frame
+        flow = frame._flow
+        assert flow is not None and frame._ext is not None
+        frame._ext.par = None
+        frame._status = _DONE
+        flow.stack.pop()
+        _end_ext(frame)
+        flow.args = _NO_ARGS
+        flow.driver._schedule(flow)
+
+    def branch_failed(self, failed: _Flow, code: str) -> None:
+        if self.over:
+            return
+        frame = self.frame
+        assert frame._ext is not None
+        frame._ext.par = None
+        parent = frame._flow
+        assert parent is not None
+        if self.stop_branches(failed, partial(parent._resume_unwind, code)):
+            frame._status = _FAILING  # not completable while its branches' tasks end
+        else:
+            parent._resume_unwind(code)
+
+    def stop_branches(self, failed: _Flow | None, then: Callable[[], None]) -> bool:
+        """Cancel every live branch (cancel handlers run, innermost first).
+
+        ``True`` if coroutine tasks of those branches are still ending: ``then()`` is called
+        once the last one has.
+        """
+        if self.over:
+            return False
+        self.over = True
+        running: list[AsyncSteps] = []
+        for flow in self.flows:
+            if flow is not failed and not flow.finished:
+                _running_coroutines(flow, running)
+                flow._cancel()
+        if not running:
+            return False
+        self.tasks = len(running)
+        self.then = then
+        for step in running:
+            assert step._ext is not None
+            step._ext.on_end = self._task_ended
+        return True
+
+    def cancel_branches(self) -> None:
+        """Cancel every live branch without waiting (the whole root is being cancelled)."""
+        if self.over:
+            return
+        self.over = True
+        for flow in self.flows:
+            flow._cancel()
+
+    def _task_ended(self) -> None:
+        self.tasks -= 1
+        then = self.then
+        if not self.tasks and then is not None:
+            self.then = None
+            then()
+
+
+def _running_coroutines(flow: _Flow, out: list[AsyncSteps]) -> None:
+    """Collect the coroutine steps of ``flow`` and of the parallel branches nested in it."""
+    for frame in flow.stack:
+        ext = frame._ext
+        if ext is None:
+            continue
+        if frame._status is _CORO and ext.coro is not None:
+            out.append(frame)
+        par = ext.par
+        if par is not None and not par.over:
+            for branch in par.flows:
+                if not branch.finished:
+                    _running_coroutines(branch, out)
+
+
+class _SyncStep:
+    __slots__ = ("func", "obj", "onerror")
+
+    def __init__(self, obj: ISync, func: StepFunc, onerror: ErrorHandler | None) -> None:
+        self.obj = obj
+        self.func = func
+        self.onerror = onerror
+
+    def __call__(self, asi: AsyncSteps, *_: Any) -> None:
+        asi.sync(self.obj, self.func, self.onerror)
