@@ -321,7 +321,7 @@ class AsyncSteps:
         else:
             # A step of this driver is running: unwind when it is done, never re-entrantly.
             self._status = _FAILING  # still the top frame, no longer completable from outside
-            flow.driver._call_later(0.0, flow.throw_at, self, exc.code)
+            flow.driver._soon(flow.throw_at, self, exc.code)
 
     def set_timeout(self, timeout_ms: float) -> None:
         """Limit this step and all its sub-steps to ``timeout_ms``; then error ``Timeout``.
@@ -524,7 +524,7 @@ class AsyncSteps:
         if current is not None and current.root is self:
             # A step or handler of this root is running: never unwind under its feet.
             current.interrupt = True
-            driver._call_later(0.0, flow.cancel_root)
+            driver._soon(flow.cancel_root)
         else:
             flow.cancel_root()
 
