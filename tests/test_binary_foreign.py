@@ -80,7 +80,11 @@ def test_wrap_gives_a_foreign_interface(root: Any) -> None:
 def test_steps_and_args_cross_through_c(root: Any, flib: Any) -> None:
     seen: list[tuple[Any, ...]] = []
     root.add(lambda asi: asi.success(1, "two", 3.5, [1, 2]))
-    root.add(lambda asi, *args: (seen.append(args), asi.success(b"\x00\xff", True)))
+    def reply(asi: Any, *args: Any) -> None:
+        seen.append(args)
+        asi.success(b"\x00\xff", True)
+
+    root.add(reply)
     root.add(lambda asi, *args: seen.append(args))
     assert run(root) == []
     assert seen == [(1, "two", 3.5, [1, 2]), (b"\x00\xff", True)]
@@ -190,7 +194,11 @@ def test_parallel_substeps_state_and_root_id(root: Any) -> None:
         asi.state["shared"] = []
         ids.add(asi.root_id())
         par = asi.parallel()
-        par.add(lambda a: (a.state["shared"].append(1), ids.add(a.root_id())))
+        def first(a: Any) -> None:
+            a.state["shared"].append(1)
+            ids.add(a.root_id())
+
+        par.add(first)
         par.add(lambda a: a.state["shared"].append(2))
 
     root.add(start)

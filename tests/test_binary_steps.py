@@ -74,7 +74,8 @@ def stats(native: ModuleType) -> Any:
 
 
 def log(native: ModuleType) -> list[str]:
-    return native.ffi.string(stats(native).log).decode().split(";")[:-1]
+    text: str = native.ffi.string(stats(native).log).decode()
+    return text.split(";")[:-1]
 
 
 async def run(*steps: Any, state: dict[str, Any] | None = None) -> Any:

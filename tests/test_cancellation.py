@@ -335,6 +335,7 @@ def _all_tasks() -> list[Any]:
         import trio
 
         root = trio.lowlevel.current_root_task()
+        assert root is not None
         out: list[Any] = []
         stack = [root]
         while stack:

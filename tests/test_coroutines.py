@@ -60,8 +60,12 @@ async def test_async_step_exceptions_reach_error_handlers() -> None:
 
     seen: list[Any] = []
     asi = AsyncSteps()
-    asi.add(futoin_error, lambda asi, e: (seen.append((e, asi.state.error_info)), asi.success()))
-    asi.add(plain_error, lambda asi, e: (seen.append((e, asi.state.error_info)), asi.success()))
+    def recover(asi: AsyncSteps, code: str) -> None:
+        seen.append((code, asi.state.error_info))
+        asi.success()
+
+    asi.add(futoin_error, recover)
+    asi.add(plain_error, recover)
     await asi.promise()
     assert seen == [("Async", "info"), (Errors.InternalError, "KeyError: 'k'")]
 

@@ -14,7 +14,11 @@ pytestmark = pytest.mark.anyio
 async def test_repeat_passes_index_and_ends_with_no_args() -> None:
     seen: list[Any] = []
     asi = AsyncSteps()
-    asi.add(lambda asi: asi.repeat(3, lambda asi, i: (seen.append(i), asi.success(i, "x"))))
+    def body(asi: AsyncSteps, i: int) -> None:
+        seen.append(i)
+        asi.success(i, "x")
+
+    asi.add(lambda asi: asi.repeat(3, body))
     asi.add(lambda asi, *args: seen.append(args))
     await asi.promise()
     assert seen == [0, 1, 2, ()]
@@ -126,7 +130,11 @@ async def test_error_inside_loop_terminates_it_as_error() -> None:
             asi.error("Stop")
 
     asi = AsyncSteps()
-    asi.add(lambda asi: asi.repeat(10, body), lambda asi, e: (log.append(e), asi.success()))
+    def recover(asi: AsyncSteps, code: str) -> None:
+        log.append(code)
+        asi.success()
+
+    asi.add(lambda asi: asi.repeat(10, body), recover)
     await asi.promise()
     assert log == [0, 1, 2, "Stop"]
 
@@ -175,7 +183,11 @@ async def test_ten_thousand_nested_levels_without_recursion() -> None:
 
     handled: list[str] = []
     asi = AsyncSteps()
-    asi.add(level, lambda asi, e: (handled.append(e), asi.success("ok")))
+    def recover(asi: AsyncSteps, code: str) -> None:
+        handled.append(code)
+        asi.success("ok")
+
+    asi.add(level, recover)
     assert await asi.promise() == "ok"
     assert reached == [depth]
     assert handled == ["Deep"]

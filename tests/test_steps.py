@@ -48,7 +48,7 @@ async def test_success_step_injects_result_after_inner_steps() -> None:
     asi.add(lambda asi, *args: asi.success(args))
     assert await asi.promise() == (5, 6)
     assert order == ["inner"]
-    assert AsyncSteps.successStep is AsyncSteps.success_step
+    assert AsyncSteps.__dict__["successStep"] is AsyncSteps.__dict__["success_step"]
 
 
 async def test_state_is_shared_and_attribute_accessible() -> None:
@@ -245,7 +245,7 @@ async def test_non_callable_step_is_internal_error() -> None:
 async def test_error_with_non_str_code_is_type_error() -> None:
     seen: list[str] = []
     asi = AsyncSteps()
-    asi.add(lambda asi: asi.error(42), lambda asi, e: seen.append(asi.state.error_info))  # type: ignore[arg-type]
+    asi.add(lambda asi: asi.error(42), lambda asi, e: seen.append(asi.state.error_info))
     with pytest.raises(FutoInError):
         await asi.promise()
     assert seen == ["TypeError: error(): the code must be a str, got int"]

@@ -59,8 +59,11 @@ async def test_immediate_from_another_thread() -> None:
             log.append(tool.is_same_thread())
             done.set()
 
-        await anyio.to_thread.run_sync(lambda: (log.append(tool.is_same_thread()),
-                                                tool.immediate(callback)))
+        def from_worker() -> None:
+            log.append(tool.is_same_thread())
+            tool.immediate(callback)
+
+        await anyio.to_thread.run_sync(from_worker)
         with anyio.fail_after(10):
             await done.wait()
     assert log == [False, True]

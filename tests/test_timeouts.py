@@ -119,7 +119,12 @@ async def test_sub_steps_run_within_the_deadline() -> None:
 
     def outer(asi: AsyncSteps) -> None:
         asi.set_timeout(100)
-        asi.add(lambda asi: asi.tool.deferred(10, asi.success) and asi.wait_external())  # type: ignore[union-attr]
+        def wait_a_bit(asi: AsyncSteps) -> None:
+            asi.wait_external()
+            assert asi.tool is not None
+            asi.tool.deferred(10, asi.success)
+
+        asi.add(wait_a_bit)
         asi.add(lambda asi: log.append("second sub-step"))
 
     asi = AsyncSteps()
