@@ -79,7 +79,7 @@ class AsyncSteps:
     # ``_binary`` caches the C binding of the binary bridge (a step with one is never reused).
     # No ``__weakref__``: a step object nothing references may be reused (see ``_Flow.run``).
     __slots__ = ("_binary", "_ext", "_flow", "_func", "_onerror", "_parent", "_queue", "_status",
-                 "_tool", "state")
+                 "_started", "_tool", "_unhandled", "state")
 
     #: The :class:`State` shared by the root, all its steps and parallel branches.
     state: State
@@ -95,6 +95,8 @@ class AsyncSteps:
     _func: object
     _status: int
     _tool: AsyncTool | None
+    _unhandled: Callable[[str], object] | None  # execute()'s callback, until the root runs
+    _started: bool  # roots only: promise() or execute() was called
     _binary: Any
 
     def __init__(self, state: Mapping[str, Any] | None = None,
@@ -117,6 +119,7 @@ class AsyncSteps:
         self._ext = None
         self._func = None
         self._binary = None
+        self._started = False
         self._status = _MODEL
 
     # -- common API (§2.2.1) --------------------------------------------------------------------
@@ -458,19 +461,31 @@ class AsyncSteps:
             self._no_tool(tool)
         if unhandled_error is not None and not callable(unhandled_error):
             raise TypeError("execute(): unhandled_error must be callable")
+        # The flow is made when the root first runs: a root that runs to its end in one burst
+        # then leaves no long-lived objects behind for the garbage collector to scan.
+        self._status = _ROOT
+        self._started = True
+        self._tool = tool
+        self._unhandled = unhandled_error
+        tool._roots.add(self)
+        tool._ready.append(self)
+        if tool._sleep_scope is not None:
+            tool._wake()
+
+    def _go(self, budget: int) -> int:
+        """First run of a root started with ``execute()`` (called by its AsyncTool)."""
+        if self._status is not _ROOT or self._flow is not None:
+            return budget  # cancelled before it could start
         q = self._queue
         if q:
             q.reverse()
+        tool = self._tool
+        assert tool is not None
         flow = _Flow(tool, self, [self], None)
         self._flow = flow
-        self._status = _ROOT
-        flow.on_unhandled = unhandled_error
+        flow.on_unhandled = self._unhandled
         flow.executed = True
-        flow.queued = True
-        tool._roots.add(flow)
-        tool._ready.append(flow)
-        if tool._sleep_scope is not None:
-            tool._wake()
+        return flow._go(budget)
 
     @staticmethod
     def _no_tool(tool: AsyncTool | None) -> NoReturn:
@@ -504,6 +519,7 @@ class AsyncSteps:
             driver._cancel_all()
             raise
         driver._cancel_all()  # roots executed into this private driver end with it
+        self._flow = None  # no root <-> flow cycle left behind
         return flow.outcome()
 
     def cancel(self) -> None:
@@ -515,7 +531,9 @@ class AsyncSteps:
             _internal("cancel() can only be called on a root AsyncSteps, not on a step")
         flow = self._flow
         if flow is None:
-            self._status = _DONE  # never executed: nothing to cancel, and it will not run
+            if self._status is _ROOT and self._tool is not None:  # executed, not started yet
+                self._tool._roots.discard(self)
+            self._status = _DONE  # nothing ran: nothing to cancel, and it will not run
             return
         if flow.finished:
             return
@@ -549,7 +567,7 @@ class AsyncSteps:
         if self._parent is not None:
             _internal(f"{what} can only be called on a root AsyncSteps, not on a step")
         if self._status is not _MODEL:
-            if self._flow is None:
+            if not self._started:
                 _internal(f"{what}: the root was cancelled before it started")
             _internal(f"{what}: this root was already started")
 
@@ -559,6 +577,7 @@ class AsyncSteps:
         flow = _Flow(driver, self, [self], None)
         self._flow = flow
         self._status = _ROOT
+        self._started = True
         return flow
 
     def _current_tool(self) -> AsyncTool | None:
@@ -671,6 +690,12 @@ class _Flow:
         self.result_code: str | None = None
         self.on_unhandled: Callable[[str], object] | None = None
         self.executed = False  # started by execute() (not promise())
+
+    def _go(self, budget: int) -> int:
+        """Run from the driver's ready queue."""
+        self.queued = False
+        self.driver._current = self
+        return self.run(budget)
 
     def run(self, budget: int) -> int:
         """Run steps until the flow waits or ends, or ``budget`` steps are spent.
@@ -1026,7 +1051,9 @@ class _Flow:
         if driver._sleep_scope is not None:
             driver._wake()  # the driver is idle: let it see the root is over
         if self.executed:
-            driver._roots.discard(self)
+            root = self.root
+            driver._roots.discard(root)
+            root._flow = None  # no root <-> flow cycle: both are freed as soon as unreferenced
             code = self.result_code
             if code is not None and code != Errors.Cancelled:
                 handler = self.on_unhandled

@@ -33,7 +33,7 @@ if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
 if TYPE_CHECKING:
-    from ._engine import _Flow
+    from ._engine import AsyncSteps, _Flow
 
 __all__ = ("AsyncTool", "AsyncToolStatistics", "Handle")
 
@@ -137,7 +137,7 @@ class AsyncTool:
     def _init(self) -> None:
         # Flows that can go on and immediate callbacks, in one FIFO (as the reference's single
         # immediate queue orders them).
-        self._ready: deque[_Flow | Handle] = deque()
+        self._ready: deque[_Flow | AsyncSteps | Handle] = deque()
         self._timers: list[tuple[float, int, Handle]] = []
         self._seq = 0
         self._pending = 0  # scheduled handles not yet run or cancelled
@@ -149,7 +149,7 @@ class AsyncTool:
         self._pending_coros: list[tuple[_CoroRunner, tuple[Any, ...]]] = []
         self._coro_tasks = 0
         self._tasks_idle: anyio.Event | None = None
-        self._roots: set[_Flow] = set()
+        self._roots: set[AsyncSteps] = set()  # started with execute() and not finished
         self._current: _Flow | None = None
         self._closing = False
         self._fatal: BaseException | None = None
@@ -343,11 +343,9 @@ class AsyncTool:
                 item._tool = None
                 self._pending -= 1
                 _run_callback(item)
-            else:
-                item.queued = False
-                self._current = item
+            else:  # a flow, or a root started with execute() that has not run yet
                 try:
-                    budget = item.run(budget)
+                    budget = item._go(budget)
                 finally:
                     self._current = None
         if self._timers:
@@ -465,8 +463,12 @@ class AsyncTool:
 
     def _cancel_all(self) -> None:
         """Cancel every root this tool runs (their cancel handlers run), drop its callbacks."""
-        for flow in list(self._roots):
-            flow.cancel_root(wait=False)  # this driver is going away: nothing to wait with
+        for root in list(self._roots):
+            flow = root._flow
+            if flow is None:
+                root.cancel()  # not started yet
+            else:
+                flow.cancel_root(wait=False)  # this driver is going away: nothing to wait with
         for item in self._ready:
             if type(item) is Handle:
                 item._tool = None
