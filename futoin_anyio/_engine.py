@@ -977,6 +977,14 @@ class _Flow:
             if frame._ext is not None:
                 self._cancel_frame(frame, None)
         stack[0]._status = _DONE
+        if self.par is not None:
+            self._drop_links()
+
+    def _drop_links(self) -> None:
+        """A finished branch lets go of its container and parallel run: no reference cycles
+        are left for the garbage collector, the branch is freed as soon as it is unreferenced."""
+        self.stack.clear()
+        self.par = None
 
     def cancel_root(self, wait: bool = True) -> None:
         """``asi.cancel()`` on the root: cancel every flow of the root, end with ``Cancelled``.
@@ -1042,8 +1050,10 @@ class _Flow:
                 self.root.state.error_info = f"{what}({label!r}): no enclosing loop has that label"
             self._root_done()
         elif code is None:
+            self._drop_links()
             par.branch_done()
         else:
+            self._drop_links()
             par.branch_failed(self, code)
 
     def _root_done(self) -> None:
