@@ -78,8 +78,20 @@ class AsyncSteps:
 
     # ``_binary`` caches the C binding of the binary bridge (a step with one is never reused).
     # No ``__weakref__``: a step object nothing references may be reused (see ``_Flow.run``).
-    __slots__ = ("_binary", "_ext", "_flow", "_func", "_onerror", "_parent", "_queue", "_status",
-                 "_started", "_tool", "_unhandled", "state")
+    __slots__ = (
+        "_binary",
+        "_ext",
+        "_flow",
+        "_func",
+        "_onerror",
+        "_parent",
+        "_queue",
+        "_started",
+        "_status",
+        "_tool",
+        "_unhandled",
+        "state",
+    )
 
     #: The :class:`State` shared by the root, all its steps and parallel branches.
     state: State
