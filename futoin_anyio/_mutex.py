@@ -78,15 +78,11 @@ class _Waiter:
         mutex._queue.append(self)
         asi.wait_external()
 
-    def leave(self, asi: AsyncSteps, *args: Any) -> None:
-        """The step after the critical section: release, pass the section's result on."""
-        if self.state is HELD:
-            self.state = DONE
-            self.mutex._release(self.key)
-        asi.success(*args)
+    def me(self) -> _Waiter:
+        return self
 
-    def abandon(self, asi: AsyncSteps) -> None:
-        """Cancel handler of the whole entry: the flow was cancelled or failed, queued or inside."""
+    def leave(self) -> None:
+        """The entry's step ended, however: leave the queue, or give the place back."""
         state = self.state
         self.state = DONE
         if state is QUEUED:
@@ -100,7 +96,7 @@ class _Waiter:
 
 
 class _Section:
-    """The step ``sync()`` adds: enter, then the critical section, then leave."""
+    """The step ``sync()`` adds: enter (now, or after waiting), then the critical section."""
 
     __slots__ = ("func", "mutex", "onerror")
 
@@ -116,13 +112,14 @@ class _Section:
             asi.success_step(*args)
         mutex = self.mutex
         waiter = _Waiter(mutex, flow_key(asi))
-        asi.set_cancel(waiter.abandon)  # runs on cancellation and on error unwinding alike
+        # The entry lives as long as this step: it leaves when the step ends, whether the
+        # section succeeded (its result goes on as the step's own), failed or was cancelled.
+        asi.stack(waiter.me, _Waiter.leave)
         if mutex._acquire_nowait(waiter.key):
             waiter.state = HELD
         else:
             asi.add(waiter.wait)
         asi.add(self.func, self.onerror)
-        asi.add(waiter.leave)
 
     def __repr__(self) -> str:
         return f"<Mutex.sync {self.func!r}>"
