@@ -261,11 +261,8 @@ class AsyncSteps:
             self._flow.args = args  # type: ignore[union-attr]
             self._status = _DONE
         elif st is _WAIT:
-            flow = self._flow
-            assert flow is not None
-            driver = flow.driver
-            if driver._thread is not None and get_ident() != driver._thread:
-                driver._from_thread(self._external_success, args)
+            if self._foreign_thread():
+                self._flow.driver._from_thread(self._external_success, args)  # type: ignore[union-attr]
             else:
                 self._external_success(args)
         elif st is _CORO:
@@ -311,11 +308,8 @@ class AsyncSteps:
             state.last_exception = exc
             raise exc
         if st is _WAIT:
-            flow = self._flow
-            assert flow is not None
-            driver = flow.driver
-            if driver._thread is not None and get_ident() != driver._thread:
-                driver._from_thread(self._external_error, exc)
+            if self._foreign_thread():
+                self._flow.driver._from_thread(self._external_error, exc)  # type: ignore[union-attr]
             else:
                 self._external_error(exc)
             raise exc
