@@ -57,6 +57,14 @@ class Handle:
     _func: Callable[..., object]
     _args: tuple[Any, ...]
 
+    @classmethod
+    def _create(cls, tool: AsyncTool, func: Callable[..., object], args: tuple[Any, ...]) -> Handle:
+        handle = cls.__new__(cls)
+        handle._func = func
+        handle._args = args
+        handle._tool = tool
+        return handle
+
     def cancel(self) -> None:
         """Cancel the callback; a no-op if it already ran or was cancelled."""
         tool = self._tool
@@ -161,10 +169,7 @@ class AsyncTool:
         """Schedule ``func()`` to run soon on the loop's thread; callable from any thread."""
         if not callable(func):
             raise TypeError(f"immediate() needs a callable, got {type(func).__name__}")
-        handle = Handle.__new__(Handle)
-        handle._func = func
-        handle._args = ()
-        handle._tool = self
+        handle = Handle._create(self, func, ())
         if self._thread is None or get_ident() == self._thread:
             self._pending += 1
             self._ready.append(handle)
@@ -277,19 +282,13 @@ class AsyncTool:
 
     def _soon(self, func: Callable[..., object], *args: Any) -> None:
         """Run ``func(*args)`` in the driver soon (engine-internal; loop thread only)."""
-        handle = Handle.__new__(Handle)
-        handle._func = func
-        handle._args = args
-        handle._tool = self
+        handle = Handle._create(self, func, args)
         self._pending += 1
         self._ready.append(handle)
         self._wake()
 
     def _call_later(self, delay_s: float, func: Callable[..., object], *args: Any) -> Handle:
-        handle = Handle.__new__(Handle)
-        handle._func = func
-        handle._args = args
-        handle._tool = self
+        handle = Handle._create(self, func, args)
         self._pending += 1
         self._seq += 1
         deadline = anyio.current_time() + delay_s
