@@ -754,7 +754,7 @@ class _Flow:
                     frame._queue = None
                     stack.pop()
                     continue
-            if spare is None:
+            if spare is None:  # _new_frame(), inlined: this runs for every step
                 step: AsyncSteps = new(cls)
                 step.state = state
                 step._flow = self
