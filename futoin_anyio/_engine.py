@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
     from ._parallel import ParallelSteps, _ParallelRun
 
-__all__ = ("AsyncSteps", "flow_key", "root_id")
+__all__ = ("AsyncSteps", "flow_key", "go_on_with", "on_exit", "root_id")
 
 logger = logging.getLogger("futoin_anyio")
 
@@ -966,6 +966,10 @@ class _Flow:
                     state.last_exception = exc
         if ext.cleanups:
             _run_cleanups(ext)
+        on_exit = ext.on_exit
+        if on_exit is not None:
+            ext.on_exit = None
+            on_exit()
         return code
 
     # -- cancellation -------------------------------------------------------------------------
@@ -1222,3 +1226,28 @@ def flow_key(asi: AsyncSteps) -> object:
     """The identity of the sequential flow ``asi`` belongs to: a root, or one parallel branch."""
     flow = asi._flow
     return flow if flow is not None else asi
+
+
+def on_exit(asi: AsyncSteps, hook: Callable[[], object]) -> None:
+    """Call ``hook()`` once when the step ``asi`` leaves its flow's stack, however it ends:
+    success, error or cancellation (one hook per step; it must not raise)."""
+    ext = asi._ext
+    if ext is None:
+        ext = asi._ext = _Ext()
+    ext.on_exit = hook
+
+
+def go_on_with(asi: AsyncSteps, item: _Item, args: tuple[Any, ...]) -> bool:
+    """Let a step parked in ``wait_external()`` go on with ``item`` as its one sub-step, called
+    with ``args``: the step stays on the stack until that sub-step ends (a primitive's entry
+    that waited for its turn). Same thread only. ``False`` (and nothing done) if the step no
+    longer waits: an error or a cancellation is about to unwind it."""
+    if asi._status is not _WAIT:
+        return False
+    flow = asi._flow
+    assert flow is not None and not asi._queue
+    asi._queue = [item]
+    asi._status = _SUBSTEPS
+    flow.args = args
+    flow.driver._schedule(flow)
+    return True

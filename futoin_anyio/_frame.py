@@ -42,8 +42,8 @@ _NO_ARGS: tuple[Any, ...] = ()
 class _Ext:
     """The rarely used parts of a frame."""
 
-    __slots__ = ("cleanups", "coro", "loop", "on_end", "oncancel", "par", "pending", "scope",
-                 "timer", "waiting")
+    __slots__ = ("cleanups", "coro", "loop", "on_end", "on_exit", "oncancel", "par", "pending",
+                 "scope", "timer", "waiting")
 
     def __init__(self) -> None:
         self.waiting = False
@@ -56,6 +56,9 @@ class _Ext:
         self.pending: str | None = None
         self.on_end: Callable[[], None] | None = None  # called when the coroutine task ends
         self.cleanups: list[tuple[Callable[[Any], object] | None, Any]] | None = None
+        #: Called once when the frame leaves the stack, however it ends, after the cleanups:
+        #: the entry of a sync primitive (see ``_mutex``) leaves through it.
+        self.on_exit: Callable[[], object] | None = None
 
 
 def _internal(message: str) -> NoReturn:
@@ -63,7 +66,8 @@ def _internal(message: str) -> NoReturn:
 
 
 def _end_ext(frame: AsyncSteps) -> None:
-    """A frame completed normally: drop its timer and cancel handler, run stack() cleanups."""
+    """A frame completed normally: drop its timer and cancel handler, run stack() cleanups
+    and the exit hook."""
     ext = frame._ext
     if ext is None:
         return
@@ -74,6 +78,10 @@ def _end_ext(frame: AsyncSteps) -> None:
     ext.oncancel = None
     if ext.cleanups:
         _run_cleanups(ext)
+    on_exit = ext.on_exit
+    if on_exit is not None:
+        ext.on_exit = None
+        on_exit()
 
 
 def _run_cleanups(ext: _Ext) -> None:

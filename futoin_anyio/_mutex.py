@@ -11,7 +11,7 @@ from typing import Any, final
 from anyio import Event
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
-from ._engine import AsyncSteps, flow_key
+from ._engine import AsyncSteps, flow_key, go_on_with, on_exit
 from ._errors import Errors
 from ._sync_common import (
     DONE,
@@ -25,7 +25,7 @@ from ._sync_common import (
     rejected,
     task_key,
 )
-from ._types import ErrorHandler, StepFunc
+from ._types import ErrorHandler, StepFunc, _Item
 
 __all__ = ("Mutex", "MutexStatistics")
 
@@ -48,40 +48,24 @@ class MutexStatistics:
 
 
 class _Waiter:
-    """One entry into the Mutex: a flow's ``sync()`` step, or one ``async with``."""
+    """One entry into the Mutex: a flow's ``sync()`` step, or one ``async with``.
 
-    __slots__ = ("args", "asi", "event", "key", "mutex", "state")
+    For a flow it is also the exit hook of the entry's step: called when that step leaves the
+    stack, however it ends, it leaves the queue or gives the place back.
+    """
+
+    __slots__ = ("args", "asi", "event", "item", "key", "mutex", "state")
 
     def __init__(self, mutex: Mutex, key: object) -> None:
         self.mutex = mutex
         self.key = key
         self.state = NEW
         self.asi: AsyncSteps | None = None  # the waiting step of a queued flow
-        self.args: tuple[Any, ...] = ()
+        self.args: tuple[Any, ...] = ()  # its incoming arguments, for the section
+        self.item: _Item | None = None  # the section, queued when the flow is let in
         self.event: Event | None = None  # the Event of a queued task
 
-    # -- the steps and the cancel handler of a flow's entry --------------------------------------
-
-    def wait(self, asi: AsyncSteps, *args: Any) -> None:
-        """The step that waits for a permit when none was free on entry."""
-        mutex = self.mutex
-        if mutex._acquire_nowait(self.key):
-            self.state = HELD
-            asi.success(*args)
-            return
-        if mutex._full():
-            mutex._rejected += 1
-            asi.error(Errors.DefenseRejected, mutex._reject_info)
-        self.asi = asi
-        self.args = args
-        self.state = QUEUED
-        mutex._queue.append(self)
-        asi.wait_external()
-
-    def me(self) -> _Waiter:
-        return self
-
-    def leave(self) -> None:
+    def __call__(self) -> None:
         """The entry's step ended, however: leave the queue, or give the place back."""
         state = self.state
         self.state = DONE
@@ -96,30 +80,39 @@ class _Waiter:
 
 
 class _Section:
-    """The step ``sync()`` adds: enter (now, or after waiting), then the critical section."""
+    """The step ``sync()`` adds: enter now, or wait for a turn; then the critical section runs
+    as its one sub-step, and the entry leaves when the step ends."""
 
-    __slots__ = ("func", "mutex", "onerror")
+    __slots__ = ("func", "item", "mutex", "onerror")
 
     def __init__(self, mutex: Mutex, func: StepFunc, onerror: ErrorHandler | None) -> None:
         self.mutex = mutex
         self.func = func
         self.onerror = onerror
+        self.item: _Item = func if onerror is None else (func, onerror)
 
     def __call__(self, asi: AsyncSteps, *args: Any) -> None:
-        # Sub-steps start with no arguments: hand the incoming ones on to ``func`` (or to
-        # ``waiter.wait``, which passes them on with success()).
-        if args:
-            asi.success_step(*args)
         mutex = self.mutex
-        waiter = _Waiter(mutex, flow_key(asi))
-        # The entry lives as long as this step: it leaves when the step ends, whether the
-        # section succeeded (its result goes on as the step's own), failed or was cancelled.
-        asi.stack(waiter.me, _Waiter.leave)
-        if mutex._acquire_nowait(waiter.key):
+        key = flow_key(asi)
+        waiter = _Waiter(mutex, key)
+        on_exit(asi, waiter)
+        if mutex._acquire_nowait(key):
             waiter.state = HELD
-        else:
-            asi.add(waiter.wait)
-        asi.add(self.func, self.onerror)
+            # Sub-steps start with no arguments: hand the incoming ones on to the section.
+            if args:
+                asi.success_step(*args)
+            asi.add(self.func, self.onerror)
+            return
+        if mutex._full():
+            mutex._rejected += 1
+            asi.error(Errors.DefenseRejected, mutex._reject_info)
+        # Wait in this step: when let in, it goes on with the section (``_grant``).
+        waiter.asi = asi
+        waiter.args = args
+        waiter.item = self.item
+        waiter.state = QUEUED
+        mutex._queue.append(waiter)
+        asi.wait_external()
 
     def __repr__(self) -> str:
         return f"<Mutex.sync {self.func!r}>"
@@ -258,15 +251,16 @@ class Mutex:
             asi = waiter.asi
             if asi is not None:
                 waiter.asi = None
-                if not asi:  # out of service: its cancel handler is about to run
-                    waiter.state = DONE
+                item = waiter.item
+                assert item is not None
+                args = waiter.args
+                waiter.args = ()
+                if not go_on_with(asi, item, args):
+                    waiter.state = DONE  # no longer waiting: about to be unwound or cancelled
                     continue
                 waiter.state = HELD
                 self._held += 1
                 owners[waiter.key] = 1
-                args = waiter.args
-                waiter.args = ()
-                asi.success(*args)
             else:
                 waiter.state = HELD
                 self._held += 1
