@@ -167,7 +167,7 @@ class AsyncSteps:
     def sync(self, obj: ISync, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
         """Add a step synchronised against ``obj`` (a Mutex, Throttle, Limiter or any ISync)."""
         sync = getattr(obj, "sync", None)
-        if _is_cdata(obj):
+        if sync is None and _is_cdata(obj):  # a foreign FutoInSync * has no sync attribute
             from .binary import _bridge
 
             sync = _bridge.wrap_sync(obj).sync
@@ -261,8 +261,10 @@ class AsyncSteps:
             self._flow.args = args  # type: ignore[union-attr]
             self._status = _DONE
         elif st is _WAIT:
-            if self._foreign_thread():
-                self._flow.driver._from_thread(self._external_success, args)  # type: ignore[union-attr]
+            driver = self._flow.driver  # type: ignore[union-attr]
+            thread = driver._thread
+            if thread is not None and get_ident() != thread:
+                driver._from_thread(self._external_success, args)
             else:
                 self._external_success(args)
         elif st is _CORO:
@@ -491,7 +493,8 @@ class AsyncSteps:
         self._flow = flow
         flow.on_unhandled = self._unhandled
         flow.executed = True
-        return flow._go(budget)
+        tool._current = flow
+        return flow.run(budget)
 
     @staticmethod
     def _no_tool(tool: AsyncTool | None) -> NoReturn:
@@ -726,6 +729,8 @@ class _Flow:
             q = frame._queue
             if q:
                 item = q.pop()
+                if not q:  # a waiting flow keeps no empty lists for the GC to scan
+                    frame._queue = None
                 if type(item) is tuple:
                     func, onerror = item
                 else:
@@ -744,14 +749,15 @@ class _Flow:
                         if args is not None:
                             self.args = args
                             func, onerror = loop.item
-                            q = None
                         else:
                             self.args = NO_ARGS  # a loop that ends succeeds with no arguments
-                    if q is not None:
+                            loop = None
+                    if loop is None:
                         _end_ext(frame)
-                if q is not None:
+                else:
+                    loop = None
+                if loop is None:
                     frame._status = DONE
-                    frame._queue = None
                     stack.pop()
                     continue
             if spare is None:  # _new_frame(), inlined: this runs for every step
@@ -771,7 +777,9 @@ class _Flow:
             stack.append(step)
             budget -= 1
             try:
-                res = func(step, *self.args)
+                args = self.args
+                # Without arguments (most steps) the call builds no argument tuple.
+                res = func(step, *args) if args else func(step)
             except BaseException as exc:
                 if not self.interrupt:
                     if not self._step_raised(exc):

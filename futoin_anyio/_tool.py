@@ -44,6 +44,8 @@ BURST = 100
 
 _CoroRunner = Callable[..., Coroutine[Any, Any, None]]
 
+_new_handle = object.__new__
+
 _current_tool: ContextVar[AsyncTool | None] = ContextVar("futoin_anyio_tool", default=None)
 
 
@@ -169,11 +171,16 @@ class AsyncTool:
         """Schedule ``func()`` to run soon on the loop's thread; callable from any thread."""
         if not callable(func):
             raise TypeError(f"immediate() needs a callable, got {type(func).__name__}")
-        handle = Handle._create(self, func, ())
-        if self._thread is None or get_ident() == self._thread:
+        handle = _new_handle(Handle)  # Handle._create(), inlined: immediate() is a hot path
+        handle._func = func
+        handle._args = ()
+        handle._tool = self
+        thread = self._thread
+        if thread is None or get_ident() == thread:
             self._pending += 1
             self._ready.append(handle)
-            self._wake()
+            if self._sleep_scope is not None:
+                self._wake()
         else:
             self._from_thread(self._adopt_immediate, handle)
         return handle
