@@ -977,7 +977,7 @@ class _Flow:
         on_exit = ext.on_exit
         if on_exit is not None:
             ext.on_exit = None
-            on_exit()
+            on_exit(ext.exit_arg)
         return code
 
     # -- cancellation -------------------------------------------------------------------------
@@ -1236,13 +1236,14 @@ def flow_key(asi: AsyncSteps) -> object:
     return flow if flow is not None else asi
 
 
-def on_exit(asi: AsyncSteps, hook: Callable[[], object]) -> None:
-    """Call ``hook()`` once when the step ``asi`` leaves its flow's stack, however it ends:
+def on_exit(asi: AsyncSteps, hook: Callable[[Any], object], arg: Any) -> None:
+    """Call ``hook(arg)`` once when the step ``asi`` leaves its flow's stack, however it ends:
     success, error or cancellation (one hook per step; it must not raise)."""
     ext = asi._ext
     if ext is None:
         ext = asi._ext = _Ext()
     ext.on_exit = hook
+    ext.exit_arg = arg
 
 
 def go_on_with(asi: AsyncSteps, item: _Item, args: tuple[Any, ...]) -> bool:

@@ -42,8 +42,8 @@ _NO_ARGS: tuple[Any, ...] = ()
 class _Ext:
     """The rarely used parts of a frame."""
 
-    __slots__ = ("cleanups", "coro", "loop", "on_end", "on_exit", "oncancel", "par", "pending",
-                 "scope", "timer", "waiting")
+    __slots__ = ("cleanups", "coro", "exit_arg", "loop", "on_end", "on_exit", "oncancel", "par",
+                 "pending", "scope", "timer", "waiting")
 
     def __init__(self) -> None:
         self.waiting = False
@@ -56,9 +56,10 @@ class _Ext:
         self.pending: str | None = None
         self.on_end: Callable[[], None] | None = None  # called when the coroutine task ends
         self.cleanups: list[tuple[Callable[[Any], object] | None, Any]] | None = None
-        #: Called once when the frame leaves the stack, however it ends, after the cleanups:
-        #: the entry of a sync primitive (see ``_mutex``) leaves through it.
-        self.on_exit: Callable[[], object] | None = None
+        #: ``on_exit(exit_arg)`` is called once when the frame leaves the stack, however it
+        #: ends, after the cleanups: the entry of a sync primitive (``_mutex``) leaves through it.
+        self.on_exit: Callable[[Any], object] | None = None
+        self.exit_arg: Any = None
 
 
 def _internal(message: str) -> NoReturn:
@@ -81,7 +82,7 @@ def _end_ext(frame: AsyncSteps) -> None:
     on_exit = ext.on_exit
     if on_exit is not None:
         ext.on_exit = None
-        on_exit()
+        on_exit(ext.exit_arg)
 
 
 def _run_cleanups(ext: _Ext) -> None:

@@ -47,25 +47,51 @@ class MutexStatistics:
     max_queue: int | None
 
 
-class _Waiter:
-    """One entry into the Mutex: a flow's ``sync()`` step, or one ``async with``.
+class _Entry:
+    """A flow's entry into the Mutex: the step ``sync()`` adds, and the waiter of its run.
 
-    For a flow it is also the exit hook of the entry's step: called when that step leaves the
-    stack, however it ends, it leaves the queue or gives the place back.
+    The step enters now, or waits for its turn in itself; then ``func`` runs as its one
+    sub-step. The entry is also the step's exit hook: when the step leaves the stack, however
+    it ends, the entry leaves the queue or gives its place back. An entry runs once; should a
+    cloned model run it again, a fresh copy runs instead.
     """
 
-    __slots__ = ("args", "asi", "event", "item", "key", "mutex", "state")
+    __slots__ = ("args", "asi", "func", "item", "key", "mutex", "onerror", "state")
 
-    def __init__(self, mutex: Mutex, key: object) -> None:
+    def __init__(self, mutex: Mutex, func: StepFunc, onerror: ErrorHandler | None) -> None:
         self.mutex = mutex
-        self.key = key
+        self.func = func
+        self.onerror = onerror
+        self.item: _Item = func if onerror is None else (func, onerror)
         self.state = NEW
+        self.key: object = None  # the flow inside or waiting
         self.asi: AsyncSteps | None = None  # the waiting step of a queued flow
-        self.args: tuple[Any, ...] = ()  # its incoming arguments, for the section
-        self.item: _Item | None = None  # the section, queued when the flow is let in
-        self.event: Event | None = None  # the Event of a queued task
+        self.args: tuple[Any, ...] = ()  # its incoming arguments, for ``func``
 
-    def __call__(self) -> None:
+    def __call__(self, asi: AsyncSteps, *args: Any) -> None:
+        entry = self if self.state is NEW else _Entry(self.mutex, self.func, self.onerror)
+        mutex = entry.mutex
+        key = entry.key = flow_key(asi)
+        on_exit(asi, _Entry.leave, entry)
+        if mutex._acquire_nowait(key):
+            entry.state = HELD
+            # Sub-steps start with no arguments: hand the incoming ones on to ``func``.
+            if args:
+                asi.success_step(*args)
+            asi.add(entry.func, entry.onerror)
+            return
+        entry.state = DONE
+        if mutex._full():
+            mutex._rejected += 1
+            asi.error(Errors.DefenseRejected, mutex._reject_info)
+        # Wait in this step: when let in, it goes on with ``func`` (see ``Mutex._grant``).
+        entry.asi = asi
+        entry.args = args
+        entry.state = QUEUED
+        mutex._queue.append(entry)
+        asi.wait_external()
+
+    def leave(self) -> None:
         """The entry's step ended, however: leave the queue, or give the place back."""
         state = self.state
         self.state = DONE
@@ -76,46 +102,24 @@ class _Waiter:
             self.mutex._release(self.key)
 
     def __repr__(self) -> str:
-        return f"<Mutex entry {('new', 'queued', 'held', 'done')[self.state]}>"
+        return f"<Mutex.sync {self.func!r} {_STATE_NAMES[self.state]}>"
 
 
-class _Section:
-    """The step ``sync()`` adds: enter now, or wait for a turn; then the critical section runs
-    as its one sub-step, and the entry leaves when the step ends."""
+class _TaskWaiter:
+    """A plain AnyIO task waiting in the Mutex queue (``async with``)."""
 
-    __slots__ = ("func", "item", "mutex", "onerror")
+    __slots__ = ("event", "key", "state")
 
-    def __init__(self, mutex: Mutex, func: StepFunc, onerror: ErrorHandler | None) -> None:
-        self.mutex = mutex
-        self.func = func
-        self.onerror = onerror
-        self.item: _Item = func if onerror is None else (func, onerror)
-
-    def __call__(self, asi: AsyncSteps, *args: Any) -> None:
-        mutex = self.mutex
-        key = flow_key(asi)
-        waiter = _Waiter(mutex, key)
-        on_exit(asi, waiter)
-        if mutex._acquire_nowait(key):
-            waiter.state = HELD
-            # Sub-steps start with no arguments: hand the incoming ones on to the section.
-            if args:
-                asi.success_step(*args)
-            asi.add(self.func, self.onerror)
-            return
-        if mutex._full():
-            mutex._rejected += 1
-            asi.error(Errors.DefenseRejected, mutex._reject_info)
-        # Wait in this step: when let in, it goes on with the section (``_grant``).
-        waiter.asi = asi
-        waiter.args = args
-        waiter.item = self.item
-        waiter.state = QUEUED
-        mutex._queue.append(waiter)
-        asi.wait_external()
+    def __init__(self, key: object) -> None:
+        self.key = key
+        self.state = QUEUED
+        self.event = Event()
 
     def __repr__(self) -> str:
-        return f"<Mutex.sync {self.func!r}>"
+        return f"<Mutex task entry {_STATE_NAMES[self.state]}>"
+
+
+_STATE_NAMES = ("new", "queued", "held", "done")
 
 
 @final
@@ -153,7 +157,7 @@ class Mutex:
         #: ``error_info`` of a rejection (a Limiter names its own limit here).
         self._reject_info = "Mutex queue limit (max_queue) reached"
         self._owners: dict[object, int] = {}
-        self._queue: deque[_Waiter] = deque()
+        self._queue: deque[_Entry | _TaskWaiter] = deque()
 
     # -- ISync ------------------------------------------------------------------------------------
 
@@ -165,7 +169,7 @@ class Mutex:
         the added step with ``DefenseRejected``.
         """
         check_section("Mutex", func, onerror)
-        asi.add(_Section(self, func, onerror))
+        asi.add(_Entry(self, func, onerror))
 
     # -- plain AnyIO ------------------------------------------------------------------------------
 
@@ -178,12 +182,10 @@ class Mutex:
         if self._full():
             self._rejected += 1
             raise rejected(self._reject_info)
-        waiter = _Waiter(self, key)
-        event = waiter.event = Event()
-        waiter.state = QUEUED
+        waiter = _TaskWaiter(key)
         self._queue.append(waiter)
         try:
-            await event.wait()
+            await waiter.event.wait()
         except BaseException:
             if waiter.state is QUEUED:
                 waiter.state = DONE
@@ -248,26 +250,21 @@ class Mutex:
         owners = self._owners
         while queue and self._held < self._max:
             waiter = queue.popleft()
-            asi = waiter.asi
-            if asi is not None:
+            if isinstance(waiter, _Entry):
+                asi = waiter.asi
+                assert asi is not None
                 waiter.asi = None
-                item = waiter.item
-                assert item is not None
                 args = waiter.args
                 waiter.args = ()
-                if not go_on_with(asi, item, args):
+                if not go_on_with(asi, waiter.item, args):
                     waiter.state = DONE  # no longer waiting: about to be unwound or cancelled
                     continue
-                waiter.state = HELD
-                self._held += 1
-                owners[waiter.key] = 1
             else:
-                waiter.state = HELD
-                self._held += 1
-                owners[waiter.key] = 1
-                assert waiter.event is not None
                 waiter.event.set()
+            waiter.state = HELD
+            self._held += 1
+            owners[waiter.key] = 1
 
-    def _dequeue(self, waiter: _Waiter) -> None:
+    def _dequeue(self, waiter: _Entry | _TaskWaiter) -> None:
         with suppress(ValueError):  # already skipped by _grant()
             self._queue.remove(waiter)

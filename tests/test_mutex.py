@@ -206,6 +206,29 @@ class TestFlows:
         assert await asi.promise() == 40
         idle(mutex)
 
+    async def test_cloned_model_entries_run_concurrently(self) -> None:
+        # The clones share the step sync() added to the model: each run must be its own entry.
+        mutex = Mutex()
+        tracker = Tracker()
+        hold = anyio.Event()
+        done: list[int] = []
+        model = AsyncSteps()
+        model.sync(mutex, section(tracker, "clone", hold))
+        model.add(lambda asi: done.append(asi.state.n))
+        with anyio.fail_after(5):  # a shared entry would leave a clone queued for ever
+            async with AsyncTool():
+                for n in range(4):
+                    clone = model.clone()
+                    clone.state.n = n
+                    clone.execute()
+                await anyio.wait_all_tasks_blocked()
+                assert mutex.statistics().waiting == 3
+                hold.set()
+        assert done == [0, 1, 2, 3]
+        assert tracker.max_inside == 1
+        assert tracker.log == ["clone"] * 4
+        idle(mutex)
+
     @pytest.mark.parametrize("limit", [1, 3])
     async def test_max_concurrency_never_exceeded(self, limit: int) -> None:
         mutex = Mutex(limit)
