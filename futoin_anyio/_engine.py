@@ -46,10 +46,12 @@ from ._frame import (
     _STATUS_NAMES,
     _SUBSTEPS,
     _WAIT,
+    _WAIT_ONLY,
     _end_ext,
     _Ext,
     _internal,
     _new,
+    _own_ext,
     _run_cleanups,
 )
 from ._loops import _FOR_EACH, _LOOP, _REPEAT, _Loop
@@ -343,9 +345,7 @@ class AsyncSteps:
         if st is not _EXEC and st is not _CORO:
             self._misuse("set_timeout()")
         delay = _check_ms("set_timeout()", timeout_ms)
-        ext = self._ext
-        if ext is None:
-            ext = self._ext = _Ext()
+        ext = _own_ext(self)
         old = ext.timer
         if old is not None:
             old.cancel()
@@ -359,9 +359,7 @@ class AsyncSteps:
             self._misuse("set_cancel()")
         if not callable(oncancel):
             _internal(f"set_cancel(): the handler must be callable, got {type(oncancel).__name__}")
-        ext = self._ext
-        if ext is None:
-            ext = self._ext = _Ext()
+        ext = _own_ext(self)
         ext.waiting = True
         ext.oncancel = oncancel
 
@@ -372,8 +370,9 @@ class AsyncSteps:
             self._misuse("wait_external()")
         ext = self._ext
         if ext is None:
-            ext = self._ext = _Ext()
-        ext.waiting = True
+            self._ext = _WAIT_ONLY  # nothing else to keep: share one
+        elif not ext.waiting:
+            ext.waiting = True
 
     def stack(self, size_or_factory: int | Callable[[], Any],
               cleanup: Callable[[Any], object] | None = None) -> Any:
@@ -396,9 +395,7 @@ class AsyncSteps:
                             f"{type(size_or_factory).__name__}")
         if cleanup is not None and not callable(cleanup):
             raise TypeError(f"stack(): cleanup must be callable, got {type(cleanup).__name__}")
-        ext = self._ext
-        if ext is None:
-            ext = self._ext = _Ext()
+        ext = _own_ext(self)
         if ext.cleanups is None:
             ext.cleanups = []
         ext.cleanups.append((cleanup, obj))
@@ -710,17 +707,15 @@ class _Flow:
         """Run steps until the flow waits or ends, or ``budget`` steps are spent.
 
         This is the hot path: per step a queue pop (or the loop's next item), one frame object,
-        one call and a few checks. Module constants are bound to locals for speed.
+        one call and a few checks. A flow often runs only a step or two per call, so the set-up
+        binds only what it must (module globals are as fast as locals on CPython 3.11+).
         """
         if self.finished or self.root._status is _CANCELLING:
             return budget
         stack = self.stack
         base = stack[0]
         state = base.state
-        cls = self.root.__class__
-        new = _new
-        refcount = getrefcount
-        EXEC, DONE, NO_ARGS = _EXEC, _DONE, _NO_ARGS
+        cls = base.__class__
         # A completed step object that nothing else references is reused for the next step:
         # nobody can observe it, and it saves an allocation and garbage-collector work per step.
         spare: AsyncSteps | None = None
@@ -750,18 +745,18 @@ class _Flow:
                             self.args = args
                             func, onerror = loop.item
                         else:
-                            self.args = NO_ARGS  # a loop that ends succeeds with no arguments
+                            self.args = _NO_ARGS  # a loop that ends succeeds with no arguments
                             loop = None
                     if loop is None:
                         _end_ext(frame)
                 else:
                     loop = None
                 if loop is None:
-                    frame._status = DONE
+                    frame._status = _DONE
                     stack.pop()
                     continue
             if spare is None:  # _new_frame(), inlined: this runs for every step
-                step: AsyncSteps = new(cls)
+                step: AsyncSteps = _new(cls)
                 step.state = state
                 step._flow = self
                 step._queue = None
@@ -773,13 +768,19 @@ class _Flow:
             step._parent = frame
             step._onerror = onerror
             step._func = func
-            step._status = EXEC
+            step._status = _EXEC
             stack.append(step)
             budget -= 1
             try:
+                # Calls with a fixed number of arguments run without building a tuple and,
+                # for a Python function, without a nested interpreter loop.
                 args = self.args
-                # Without arguments (most steps) the call builds no argument tuple.
-                res = func(step, *args) if args else func(step)
+                if not args:
+                    res = func(step)
+                elif len(args) == 1:
+                    res = func(step, args[0])
+                else:
+                    res = func(step, *args)
             except BaseException as exc:
                 if not self.interrupt:
                     if not self._step_raised(exc):
@@ -792,7 +793,7 @@ class _Flow:
                 self._interrupted()
                 return budget
             st = step._status
-            if st is EXEC:
+            if st is _EXEC:
                 if res is not None and iscoroutine(res):
                     self._start_coroutine(step, res)
                     return budget
@@ -802,7 +803,7 @@ class _Flow:
                     step._status = _SUBSTEPS
                     ext = step._ext
                     if ext is None or ext.loop is None:  # a loop set its iteration's args
-                        self.args = NO_ARGS  # sub-steps start with no arguments (as in JS)
+                        self.args = _NO_ARGS  # sub-steps start with no arguments (as in JS)
                     continue
                 ext = step._ext
                 if ext is not None:
@@ -810,10 +811,10 @@ class _Flow:
                         step._status = _WAIT
                         return budget
                     _end_ext(step)
-                self.args = NO_ARGS
-                step._status = DONE
+                self.args = _NO_ARGS
+                step._status = _DONE
                 stack.pop()
-            elif st is DONE:
+            elif st is _DONE:
                 stack.pop()
                 ext = step._ext
                 if ext is not None:
@@ -821,7 +822,7 @@ class _Flow:
             else:
                 continue
             # Two references: ``step`` and getrefcount's argument. Nobody kept the object.
-            if ext is None and refcount(step) == 2 and step._queue is None \
+            if ext is None and getrefcount(step) == 2 and step._queue is None \
                     and step._binary is None:
                 spare = step
         self.driver._schedule(self)
@@ -1117,9 +1118,7 @@ class _Flow:
 
     def _start_coroutine(self, step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> None:
         step._status = _CORO
-        ext = step._ext
-        if ext is None:
-            ext = step._ext = _Ext()
+        ext = _own_ext(step)
         ext.coro = coro
         self.driver._start_coroutine(_run_coroutine, step, coro)
 
@@ -1239,9 +1238,7 @@ def flow_key(asi: AsyncSteps) -> object:
 def on_exit(asi: AsyncSteps, hook: Callable[[Any], object], arg: Any) -> None:
     """Call ``hook(arg)`` once when the step ``asi`` leaves its flow's stack, however it ends:
     success, error or cancellation (one hook per step; it must not raise)."""
-    ext = asi._ext
-    if ext is None:
-        ext = asi._ext = _Ext()
+    ext = _own_ext(asi)
     ext.on_exit = hook
     ext.exit_arg = arg
 

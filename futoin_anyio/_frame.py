@@ -62,6 +62,34 @@ class _Ext:
         self.exit_arg: Any = None
 
 
+class _SharedWait(_Ext):
+    """The type of :data:`_WAIT_ONLY`: read-only, so a missed :func:`_own_ext` fails loudly."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"the shared _Ext of waiting steps is read-only (set {name})")
+
+
+#: The one ``_Ext`` shared by the steps that only wait (``wait_external()``, the common case):
+#: they allocate nothing. Before storing anything else, a frame gets its own (:func:`_own_ext`).
+_WAIT_ONLY = _new(_SharedWait)
+for _name in _Ext.__slots__:
+    object.__setattr__(_WAIT_ONLY, _name, None)
+object.__setattr__(_WAIT_ONLY, "waiting", True)
+del _name
+
+
+def _own_ext(frame: AsyncSteps) -> _Ext:
+    """The frame's own ``_Ext``, made now if it has none or shares :data:`_WAIT_ONLY`."""
+    ext = frame._ext
+    if ext is None or ext is _WAIT_ONLY:
+        mine = _Ext()
+        mine.waiting = ext is not None
+        frame._ext = ext = mine
+    return ext
+
+
 def _internal(message: str) -> NoReturn:
     raise FutoInError(Errors.InternalError, message)
 
@@ -76,7 +104,8 @@ def _end_ext(frame: AsyncSteps) -> None:
     if timer is not None:
         ext.timer = None
         timer.cancel()
-    ext.oncancel = None
+    if ext.oncancel is not None:
+        ext.oncancel = None
     if ext.cleanups:
         _run_cleanups(ext)
     on_exit = ext.on_exit

@@ -493,8 +493,12 @@ class AsyncTool:
 
 
 def _run_callback(handle: Handle) -> None:
+    args = handle._args
     try:
-        handle._func(*handle._args)
+        if args:
+            handle._func(*args)
+        else:
+            handle._func()  # no tuple to unpack: the common immediate(func)
     except Exception:
         logger.exception("AsyncTool callback %r raised", handle._func)
 

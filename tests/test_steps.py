@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import anyio
 import pytest
 
 from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError, State
@@ -351,3 +352,48 @@ async def test_step_objects_someone_kept_are_never_reused() -> None:
         import weakref
 
         weakref.ref(kept[0])  # steps cannot be weakly referenced: a weak ref is not counted
+
+
+@pytest.mark.parametrize("then", ["set_cancel", "set_timeout", "stack", "wait_external"])
+async def test_waiting_steps_keep_their_handlers_apart(then: str) -> None:
+    # Steps that only wait share their rarely used parts; one that then adds a handler, a
+    # timeout or a clean-up must get its own, leaving the other waiting steps untouched.
+    calls: list[str] = []
+    plain: list[AsyncSteps] = []
+    tool_: list[AsyncTool] = []
+
+    def only_waits(asi: AsyncSteps) -> None:
+        asi.wait_external()
+        plain.append(asi)
+
+    def waits_then(asi: AsyncSteps) -> None:
+        asi.wait_external()
+        if then == "set_cancel":
+            asi.set_cancel(lambda asi: calls.append("cancel"))
+        elif then == "set_timeout":
+            asi.set_timeout(10)
+        elif then == "stack":
+            asi.stack(lambda: "obj", lambda obj: calls.append(f"cleanup {obj}"))
+        else:
+            asi.wait_external()
+        tool_[0].immediate(lambda: asi.success("done") if asi else None)
+
+    async with AsyncTool() as tool:
+        tool_.append(tool)
+        other = AsyncSteps()
+        other.add(only_waits)
+        other.execute()
+        root = AsyncSteps()
+        root.add(lambda asi: asi.add(waits_then, lambda asi, code: calls.append(code)))
+        root.add(lambda asi, *args: calls.append(f"after {args}"))
+        root.execute()
+        await anyio.wait_all_tasks_blocked()
+        assert len(plain) == 1 and plain[0]  # still waiting: nothing reached it
+        other.cancel()
+    assert not plain[0]
+    assert calls == {
+        "set_cancel": ["after ('done',)"],
+        "set_timeout": ["after ('done',)"],
+        "stack": ["cleanup obj", "after ('done',)"],
+        "wait_external": ["after ('done',)"],
+    }[then]
