@@ -45,10 +45,12 @@ class State(dict[str, Any]):
         return f"State({dict.__repr__(self)})"
 
 
+#: The pre-defined keys of every State (``async_stack``: a list of step callables after an error).
+_PREDEFINED: dict[str, Any] = {"error_info": None, "last_exception": None, "async_stack": ()}
+
+
 def fresh_state() -> State:
     """A new State with only the pre-defined keys: the engine's fast path for every root."""
     state: State = dict.__new__(State)
-    state["error_info"] = None
-    state["last_exception"] = None
-    state["async_stack"] = ()  # a list of step callables after an error
+    state |= _PREDEFINED  # one C call (State has no __ior__ of its own)
     return state
