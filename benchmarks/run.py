@@ -7,9 +7,11 @@ From the repository root::
 
 Implementations (columns): futoin_anyio on asyncio and on trio, the JS reference
 ``futoin-asyncsteps`` (npm-installed into a temporary folder, run with node), and
-the same work hand-written in plain AnyIO on both backends. Each Python
-implementation/backend runs in its own subprocess (in full mode, one per
-scenario). Writes ``<out>/results.md`` and ``<out>/results.json``.
+the same work hand-written in plain AnyIO on both backends. Each implementation/backend
+runs in its own subprocess. In full mode every scenario runs in rounds, one process per
+column per round, columns interleaved, and each cell keeps its best round: the machine's
+slow spells then hit every column alike. Writes ``<out>/results.md`` and
+``<out>/results.json``.
 
 Exit status: 1 if any scenario computed a wrong result (its figure is not posted);
 in full mode, 2 if a target fails. Quick mode reports targets without failing.
@@ -211,6 +213,20 @@ def _best(row: dict[str, Any], columns: tuple[str, ...]) -> tuple[str, float] | 
     return pick(values, key=lambda cv: cv[1])
 
 
+def _pick(records: list[dict[str, Any]], scenario: str) -> dict[str, Any] | None:
+    """The record of a cell measured in several rounds: a failure wins, then the best figure."""
+    if not records:
+        return None
+    for record in records:
+        if "error" in record:
+            return record
+    measured = [r for r in records if "value" in r]
+    if not measured:
+        return records[-1]
+    pick = min if lower_is_better(scenario) else max
+    return pick(measured, key=lambda r: r["value"])
+
+
 def build_rows(records: dict[str, list[dict[str, Any]]], plan: dict[str, list[int]]) -> list[Any]:
     rows = []
     for scenario in SCENARIOS:
@@ -220,7 +236,7 @@ def build_rows(records: dict[str, list[dict[str, Any]]], plan: dict[str, list[in
                 match = [
                     r for r in records.get(column, []) if (r["scenario"], r["n"]) == (scenario, n)
                 ]
-                cells[column] = _cell(match[-1] if match else None)
+                cells[column] = _cell(_pick(match, scenario))
             row: dict[str, Any] = {
                 "id": scenario if len(plan[scenario]) == 1 else f"{scenario}-{n}",
                 "scenario": scenario,
@@ -356,7 +372,8 @@ def render_markdown(result: dict[str, Any]) -> str:
         "",
         "Throughput (higher is better) except `waiting_mem` (bytes per waiting root, lower is"
         " better). Best of up to"
-        f" {meta['repeat']} runs. Ratios use the best futoin_anyio backend against the JS"
+        f" {meta['repeat']} runs (in full mode: rounds with the columns interleaved)."
+        " Ratios use the best futoin_anyio backend against the JS"
         " reference and against the best plain-AnyIO backend; for `waiting_mem` they are"
         " ratios of bytes.",
         "",
@@ -454,12 +471,10 @@ def main(argv: list[str] | None = None) -> int:
     columns = args.columns.split(",")
     plan = {s: SIZES[mode][s] for s in SCENARIOS if s in only}
 
-    records: dict[str, list[dict[str, Any]]] = {}
-    for column in PY_COLUMNS:
-        if column in columns:
-            records[column] = run_python(column, plan, repeat, args.budget, isolate)
     js_version = ""
     node_version = ""
+    modules: Path | None = None
+    records: dict[str, list[dict[str, Any]]] = {c: [] for c in COLUMNS if c in columns}
     if "js" in columns:
         modules, js_version, reason = install_js(args.js_dir)
         node = shutil.which("node")
@@ -471,8 +486,28 @@ def main(argv: list[str] | None = None) -> int:
             records["js"] = [
                 {"scenario": s, "n": n, "na": reason} for s, sizes in plan.items() for n in sizes
             ]
+
+    def run_column(column: str, group: dict[str, list[int]], times: int) -> None:
+        if column == "js":
+            if modules is not None:
+                records[column] += run_js(modules, group, times, args.budget, isolate,
+                                          args.js_production)
         else:
-            records["js"] = run_js(modules, plan, repeat, args.budget, isolate, args.js_production)
+            records[column] += run_python(column, group, times, args.budget, isolate)
+
+    selected = [c for c in COLUMNS if c in columns]
+    if isolate:
+        # Full mode: each scenario runs in rounds, one run of every column per round (in a
+        # rotating order), so that a slow spell of a shared machine hits all columns alike
+        # rather than one; each cell keeps its best round.
+        for scenario, sizes in plan.items():
+            for round_ in range(repeat):
+                k = round_ % len(selected)
+                for column in selected[k:] + selected[:k]:
+                    run_column(column, {scenario: sizes}, 1)
+    else:
+        for column in selected:
+            run_column(column, plan, repeat)
 
     rows = build_rows(records, plan)
     result: dict[str, Any] = {

@@ -130,3 +130,21 @@ def test_table_ratios_targets_and_chart(tmp_path: Path) -> None:
     assert chart.main(["--json", str(source)]) == 0
     svg = (tmp_path / "chart.svg").read_text()
     assert svg.startswith("<svg") and svg.count("<rect") > len(rows)
+
+
+def test_rounds_keep_the_best_figure_and_any_failure() -> None:
+    # Full mode measures each cell in rounds: the best round counts, a failed round is shown.
+    records = _fake_records()
+    plan = {"instances": TINY["instances"], "waiting_mem": TINY["waiting_mem"]}
+    for scenario in plan:
+        n = TINY[scenario][0]
+        records["futoin_asyncio"] += [
+            {"scenario": scenario, "n": n, "value": 9000.0, "seconds": 0.1},
+            {"scenario": scenario, "n": n, "value": 1.0, "seconds": 0.1},
+        ]
+    records["plain_trio"].append(
+        {"scenario": "instances", "n": TINY["instances"][0], "error": "VerificationError: x"})
+    by_id = {row["id"]: row for row in run.build_rows(records, plan)}
+    assert by_id["instances"]["cells"]["futoin_asyncio"]["value"] == 9000.0
+    assert by_id["waiting_mem"]["cells"]["futoin_asyncio"]["value"] == 1.0  # fewer bytes win
+    assert by_id["instances"]["cells"]["plain_trio"]["status"] == "failed"
