@@ -89,14 +89,15 @@ class AsyncSteps:
         "_parent",
         "_queue",
         "_started",
+        "_state",
         "_status",
         "_tool",
         "_unhandled",
-        "state",
     )
 
-    #: The :class:`State` shared by the root, all its steps and parallel branches.
-    state: State
+    # The State; a root's is made when it is first used (a queued root that nobody asked for
+    # its state then holds one object less for the garbage collector to scan).
+    _state: State | None
     _flow: _Flow | None
     _parent: AsyncSteps | None
     # A queued step is its callable, or a ``(func, onerror)`` tuple when it has a handler: most
@@ -116,11 +117,11 @@ class AsyncSteps:
     def __init__(self, state: Mapping[str, Any] | None = None,
                  tool: AsyncTool | None = None) -> None:
         if state is None:
-            self.state = fresh_state()
+            self._state = None
         elif isinstance(state, State):
-            self.state = state
+            self._state = state
         elif isinstance(state, Mapping):
-            self.state = State(state)
+            self._state = State(state)
         else:
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
         if tool is not None and type(tool) is not AsyncTool:
@@ -135,6 +136,14 @@ class AsyncSteps:
         self._binary = None
         self._started = False
         self._status = _MODEL
+
+    @property
+    def state(self) -> State:
+        """The :class:`State` shared by the root, all its steps and parallel branches."""
+        state = self._state
+        if state is None:
+            state = self._state = fresh_state()
+        return state
 
     # -- common API (§2.2.1) --------------------------------------------------------------------
 
@@ -638,7 +647,7 @@ def _is_cdata(obj: object) -> bool:
 def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
     frame: AsyncSteps = _new(parent.__class__)
     frame._binary = None
-    frame.state = parent.state
+    frame._state = parent.state
     frame._flow = flow
     frame._parent = parent
     frame._queue = None
@@ -714,7 +723,9 @@ class _Flow:
             return budget
         stack = self.stack
         base = stack[0]
-        state = base.state
+        state = base._state
+        if state is None:  # a root nobody asked for its state: make it now
+            state = base.state
         cls = base.__class__
         # A completed step object that nothing else references is reused for the next step:
         # nobody can observe it, and it saves an allocation and garbage-collector work per step.
@@ -757,7 +768,7 @@ class _Flow:
                     continue
             if spare is None:  # _new_frame(), inlined: this runs for every step
                 step: AsyncSteps = _new(cls)
-                step.state = state
+                step._state = state
                 step._flow = self
                 step._queue = None
                 step._ext = None
