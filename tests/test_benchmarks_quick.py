@@ -148,3 +148,18 @@ def test_rounds_keep_the_best_figure_and_any_failure() -> None:
     assert by_id["instances"]["cells"]["futoin_asyncio"]["value"] == 9000.0
     assert by_id["waiting_mem"]["cells"]["futoin_asyncio"]["value"] == 1.0  # fewer bytes win
     assert by_id["instances"]["cells"]["plain_trio"]["status"] == "failed"
+
+
+def test_chain_flatness_compares_one_backend_with_itself() -> None:
+    records = _fake_records()
+    small, large = TINY["chain"][0], TINY["chain"][-1]
+    speeds = {"futoin_asyncio": (1000.0, 950.0), "futoin_trio": (3000.0, 1000.0)}
+    for column, (at_small, at_large) in speeds.items():
+        for record in records[column]:
+            if record["scenario"] == "chain":
+                record["value"] = at_small if record["n"] == small else at_large
+    targets = {t["target"]: t for t in run.check_targets(run.build_rows(records, dict(TINY)))}
+    flat = targets[f"chain {large} / chain {small} steps/s"]
+    # asyncio is flat (0.95), trio is not (0.33): the target holds for the best backend.
+    assert flat["value"] == pytest.approx(0.95)
+    assert flat["status"] == "PASS"
