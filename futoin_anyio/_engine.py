@@ -931,6 +931,8 @@ class _Flow:
             else:
                 if handler._status is _DONE:  # success(): go on after the failed step
                     stack.pop()
+                    if handler._ext is not None:
+                        _end_ext(handler)  # its stack() clean-ups
                     return True
                 if handler._queue:  # add(): its steps run at the failed step's level
                     handler._queue.reverse()
@@ -939,6 +941,8 @@ class _Flow:
             handler._status = _DONE
             handler._queue = None
             stack.pop()
+            if handler._ext is not None:
+                _end_ext(handler)
         self._finish(code)
         return False
 

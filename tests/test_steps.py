@@ -209,6 +209,35 @@ async def test_stack_objects_live_as_long_as_their_step() -> None:
     assert log == ["sub-step", "cleanup obj", "cleanup 16", "failed cleanup"]
 
 
+@pytest.mark.parametrize("outcome", ["success", "add", "pass on", "raise"])
+async def test_stack_objects_of_an_error_handler_are_cleaned_up(outcome: str) -> None:
+    log: list[str] = []
+
+    def onerror(asi: AsyncSteps, code: str) -> None:
+        asi.stack(lambda: code, lambda obj: log.append(f"cleanup {obj}"))
+        if outcome == "success":
+            asi.success()
+        elif outcome == "add":
+            asi.add(lambda asi: log.append("added"))
+        elif outcome == "raise":
+            asi.error("Other")
+
+    asi = AsyncSteps()
+    asi.add(lambda asi: asi.error("E"), onerror)
+    asi.add(lambda asi: log.append("next"))
+    if outcome in ("success", "add"):
+        await asi.promise()
+    else:
+        with pytest.raises(FutoInError):
+            await asi.promise()
+    assert log == {
+        "success": ["cleanup E", "next"],
+        "add": ["added", "cleanup E", "next"],
+        "pass on": ["cleanup E"],
+        "raise": ["cleanup E"],
+    }[outcome]
+
+
 # -- misuse: every one is a clear error, never a hang or a silent drop -------------------------
 
 
