@@ -80,7 +80,6 @@ class _Entry:
                 asi.success_step(*args)
             asi.add(entry.func, entry.onerror)
             return
-        entry.state = DONE
         if mutex._full():
             mutex._rejected += 1
             asi.error(Errors.DefenseRejected, mutex._reject_info)
