@@ -56,8 +56,9 @@ CHAIN_FLAT_TARGET = 0.8
 MEM_TARGET = 2048.0
 PLAIN_TARGETS = ("instances", "parallel", "mutex")
 SUBPROCESS_TIMEOUT = 900.0
-#: Runs per process in a full-mode round: one to warm up, one measured (the best counts).
-WARM_RUNS = 2
+#: Runs per process in a full-mode round (the best counts). V8 needs two runs to compile the
+#: reference's hot paths: its mutex figure doubles from the first run to the third.
+WARM_RUNS = 3
 
 
 # --------------------------------------------------------------------------- running
@@ -503,8 +504,8 @@ def main(argv: list[str] | None = None) -> int:
     if isolate:
         # Full mode: each scenario runs in rounds, every column once per round (in a rotating
         # order), so that a slow spell of a shared machine hits all columns alike rather than
-        # one. Each process runs the scenario twice, the first run warming V8's JIT (and
-        # CPython's caches) as a long-lived process would; each cell keeps its best run.
+        # one. Each process runs the scenario WARM_RUNS times, as a long-lived process would
+        # have warmed up; each cell keeps its best run.
         for scenario, sizes in plan.items():
             for round_ in range(repeat):
                 k = round_ % len(selected)
