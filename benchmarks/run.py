@@ -451,7 +451,9 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(COLUMNS),
         help="comma-separated implementations (default: %(default)s)",
     )
-    parser.add_argument("--repeat", type=int, help="best of R runs (default: 3, quick: 1)")
+    parser.add_argument(
+        "--repeat", type=int, help="full mode: R rounds (default 3); quick: best of R runs (1)"
+    )
     parser.add_argument(
         "--budget",
         type=float,
