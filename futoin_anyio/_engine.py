@@ -647,7 +647,8 @@ def _is_cdata(obj: object) -> bool:
 def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
     frame: AsyncSteps = _new(parent.__class__)
     frame._binary = None
-    frame._state = parent.state
+    state = parent._state
+    frame._state = state if state is not None else parent.state
     frame._flow = flow
     frame._parent = parent
     frame._queue = None
