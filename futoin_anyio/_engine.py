@@ -300,7 +300,8 @@ class AsyncSteps:
         self._status = _DONE
         flow.args = args
         flow.stack.pop()
-        _end_ext(self)
+        if self._ext is not _WAIT_ONLY:  # a step that only waited has nothing to end
+            _end_ext(self)
         flow.driver._schedule(flow)
 
     def error(self, code: str, info: Any = None) -> None:
