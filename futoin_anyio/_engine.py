@@ -990,12 +990,8 @@ class _Flow:
                     code = Errors.InternalError
                     state.error_info = f"{type(exc).__name__}: {exc}"
                     state.last_exception = exc
-        if ext.cleanups:
+        if ext.cleanups or ext.on_exit is not None:
             _run_cleanups(ext)
-        on_exit = ext.on_exit
-        if on_exit is not None:
-            ext.on_exit = None
-            on_exit(ext.exit_arg)
         return code
 
     # -- cancellation -------------------------------------------------------------------------

@@ -106,21 +106,23 @@ def _end_ext(frame: AsyncSteps) -> None:
         timer.cancel()
     if ext.oncancel is not None:
         ext.oncancel = None
-    if ext.cleanups:
+    if ext.cleanups or ext.on_exit is not None:
         _run_cleanups(ext)
+
+
+def _run_cleanups(ext: _Ext) -> None:
+    """The frame leaves the stack, however it ends: its stack() clean-ups (newest first), then
+    its exit hook."""
+    cleanups = ext.cleanups
+    if cleanups:
+        ext.cleanups = None
+        for cleanup, obj in reversed(cleanups):
+            if cleanup is not None:
+                try:
+                    cleanup(obj)
+                except Exception:
+                    logger.exception("stack() cleanup %r raised", cleanup)
     on_exit = ext.on_exit
     if on_exit is not None:
         ext.on_exit = None
         on_exit(ext.exit_arg)
-
-
-def _run_cleanups(ext: _Ext) -> None:
-    cleanups = ext.cleanups
-    ext.cleanups = None
-    assert cleanups is not None
-    for cleanup, obj in reversed(cleanups):
-        if cleanup is not None:
-            try:
-                cleanup(obj)
-            except Exception:
-                logger.exception("stack() cleanup %r raised", cleanup)

@@ -389,7 +389,6 @@ async def test_waiting_steps_keep_their_handlers_apart(then: str) -> None:
     # timeout or a clean-up must get its own, leaving the other waiting steps untouched.
     calls: list[str] = []
     plain: list[AsyncSteps] = []
-    tool_: list[AsyncTool] = []
 
     def only_waits(asi: AsyncSteps) -> None:
         asi.wait_external()
@@ -405,10 +404,11 @@ async def test_waiting_steps_keep_their_handlers_apart(then: str) -> None:
             asi.stack(lambda: "obj", lambda obj: calls.append(f"cleanup {obj}"))
         else:
             asi.wait_external()
-        tool_[0].immediate(lambda: asi.success("done") if asi else None)
+        tool = asi.tool
+        assert tool is not None
+        tool.immediate(lambda: asi.success("done") if asi else None)
 
-    async with AsyncTool() as tool:
-        tool_.append(tool)
+    async with AsyncTool():
         other = AsyncSteps()
         other.add(only_waits)
         other.execute()
