@@ -23,6 +23,8 @@ ISync), ``_loops`` (loop steps), ``_parallel`` (parallel steps) and ``_tool`` (t
 from __future__ import annotations
 
 import logging
+import math
+import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from functools import partial
 from inspect import isawaitable, iscoroutine
@@ -58,6 +60,9 @@ from ._loops import _FOR_EACH, _LOOP, _REPEAT, _Loop
 from ._state import State, fresh_state
 from ._tool import AsyncTool, _check_ms, current_tool
 from ._types import CancelHandler, ErrorHandler, ISync, StepFunc, _Item
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -360,7 +365,17 @@ class AsyncSteps:
         if old is not None:
             old.cancel()
         ext.waiting = True
-        ext.timer = self._flow.driver._call_later(delay, _on_timeout, self)  # type: ignore[union-attr]
+        flow = self._flow
+        assert flow is not None
+        driver = flow.driver
+        ext.timer, ext.deadline = driver._call_timeout(delay, self)
+        scope = driver._inline_scope
+        if scope is not None and driver._main is flow:
+            # The flow's coroutine steps are awaited inline: their shared scope has the flow's
+            # nearest deadline.
+            deadline = _flow_deadline(flow)
+            if deadline != scope.deadline:
+                scope.deadline = deadline
 
     def set_cancel(self, oncancel: CancelHandler) -> None:
         """Set the handler called once if this step is cancelled or unwound while active."""
@@ -523,6 +538,7 @@ class AsyncSteps:
         self._check_startable("promise()")
         driver = AsyncTool._private()
         flow = self._start(driver)
+        driver._main = flow
         driver._schedule(flow)
 
         def done() -> bool:
@@ -851,8 +867,10 @@ class _Flow:
             if state.last_exception is not exc:
                 state.error_info = exc.info
                 state.last_exception = exc
+        elif isinstance(exc, BaseExceptionGroup) and _judgeable_group(exc):
+            code = _judge_group(exc, state)
         elif isinstance(exc, Exception):
-            code = Errors.InternalError
+            code = Errors.Timeout if _is_timeout(exc) else Errors.InternalError
             state.error_info = f"{type(exc).__name__}: {exc}"
             state.last_exception = exc
         else:
@@ -1136,13 +1154,38 @@ class _Flow:
         self.driver._start_coroutine(_run_coroutine, step, coro)
 
 
+async def _await_step(step: AsyncSteps, scope: CancelScope) -> tuple[Any, BaseException | None]:
+    """Await the coroutine of ``step`` in ``scope``: ``(result, error)``.
+
+    The backend's cancellation, and a group of nothing but cancellations (from a nursery or task
+    group inside the step), go out unchanged to the scope that owns them; so do
+    ``KeyboardInterrupt`` and the like. Anything else is the step's error.
+    """
+    ext = step._ext
+    assert ext is not None
+    ext.scope = scope
+    coro = ext.coro
+    assert coro is not None
+    try:
+        return await coro, None
+    except Exception as exc:
+        return None, exc
+    except BaseExceptionGroup as group:
+        if not _judgeable_group(group):
+            raise
+        return None, group
+    finally:
+        ext.coro = None
+        ext.scope = None
+
+
 async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> None:
-    """The task of an ``async def`` step: runs it in the step's own cancel scope."""
+    """The task of a coroutine step of a concurrent flow: runs it in the step's own scope."""
     flow = step._flow
     ext = step._ext
     assert flow is not None and ext is not None
     driver = flow.driver
-    error: Exception | None = None
+    error: BaseException | None = None
     result: Any = None
     driver._task_started()
     try:
@@ -1150,17 +1193,13 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
             coro.close()
             return
         with CancelScope() as scope:
-            ext.scope = scope
             try:
-                result = await coro
-            except get_cancelled_exc_class():
-                raise
-            except Exception as exc:
-                error = exc
+                result, error = await _await_step(step, scope)
             except BaseException as exc:
+                if isinstance(exc, (get_cancelled_exc_class(), BaseExceptionGroup)):
+                    raise  # cancellation: our scope absorbs its own, anything else goes out
                 driver._report_fatal(exc)
                 return
-        ext.scope = None
     finally:
         ext.coro = None
         driver._task_ended()
@@ -1168,43 +1207,153 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
         if on_end is not None:  # a parallel step's unwinding waits for this task
             ext.on_end = None
             driver._soon(on_end)
+    _coroutine_done(step, result, error, False)
+
+
+def _coroutine_done(step: AsyncSteps, result: Any, error: BaseException | None,
+                    inline: bool) -> bool:
+    """A coroutine step's coroutine ended with ``result`` or ``error``: complete the step.
+
+    ``True`` if the flow can go on now (only ``inline``: the caller runs it); otherwise it is
+    scheduled, or waits, or is over.
+    """
+    flow = step._flow
+    ext = step._ext
+    assert flow is not None and ext is not None
     if flow.root._status is _CANCELLING:
-        return  # the root's cancel() waited for this task: its cancel handlers run next
+        return False  # the root's cancel() waited for this coroutine: its cancel handlers run next
     pending = ext.pending
-    if pending is not None:  # a timeout or external error waited for this task to end
+    if pending is not None:  # a timeout or external error waited for this coroutine to end
         ext.pending = None
-        if step._status is _CORO and flow.stack[-1] is step:
-            step._status = _WAIT
-            if flow._unwind(pending):
-                driver._schedule(flow)
-        return
+        if error is None:  # else the coroutine's own error wins, as in a task group
+            if step._status is _CORO and flow.stack[-1] is step:
+                step._status = _WAIT
+                return _go_on(flow, flow._unwind(pending), inline)
+            return False
     if step._status is not _CORO or flow.finished:
-        return  # cancelled (parallel sibling failed, root cancelled): handlers already ran
+        return False  # cancelled (parallel sibling failed, root cancelled): handlers already ran
     if error is not None:
         step._status = _EXEC
-        if flow._step_raised(error):
-            driver._schedule(flow)
-        return
+        return _go_on(flow, flow._step_raised(error), inline)
     if step._queue:
         step._queue.reverse()
         flow.args = _NO_ARGS
         if result is not None:
             step._status = _EXEC
-            if flow._step_raised(FutoInError(
-                    Errors.InternalError,
-                    "an async step returned a result and added sub-steps")):
-                driver._schedule(flow)
-            return
+            return _go_on(flow, flow._step_raised(FutoInError(
+                Errors.InternalError, "an async step returned a result and added sub-steps")),
+                inline)
         step._status = _SUBSTEPS
     elif ext.waiting and result is None and ext.timer is None and ext.oncancel is None:
         step._status = _WAIT
-        return
+        return False
     else:
         flow.args = _NO_ARGS if result is None else (result,)
         step._status = _DONE
         flow.stack.pop()
         _end_ext(step)
-    driver._schedule(flow)
+    return _go_on(flow, True, inline)
+
+
+def _go_on(flow: _Flow, can: bool | None, inline: bool) -> bool:
+    if not can:
+        return False
+    if inline:
+        return True
+    flow.driver._schedule(flow)
+    return False
+
+
+def _inline_cancelled(driver: AsyncTool, step: AsyncSteps) -> None:
+    """An inline coroutine step ended because its scope was cancelled: by ``asi.cancel()``
+    (which waits for it), an external error or timeout (``pending``), or the shared scope's
+    deadline (the flow's nearest timeout, now due)."""
+    ext = step._ext
+    flow = step._flow
+    assert ext is not None and flow is not None
+    on_end = ext.on_end
+    if on_end is not None:
+        ext.on_end = None
+        on_end()
+    if flow.root._status is _CANCELLING or flow.finished:
+        return
+    pending = ext.pending
+    if pending is None:
+        driver._fire_timers()  # the deadline: the timeout's own handler unwinds
+        if step._status is not _CORO or flow.stack[-1] is not step or flow.finished:
+            return
+        pending = Errors.Timeout  # pragma: no cover - the timer and the deadline agree
+    ext.pending = None
+    if step._status is _CORO and flow.stack[-1] is step:
+        step._status = _WAIT
+        if flow._unwind(pending):
+            driver._schedule(flow)
+
+
+def _flow_deadline(flow: _Flow) -> float:
+    """The nearest deadline of the timeouts active in ``flow``."""
+    deadline = math.inf
+    for frame in flow.stack:
+        ext = frame._ext
+        if ext is not None and ext.timer is not None and ext.deadline < deadline:
+            deadline = ext.deadline
+    return deadline
+
+
+# -- what comes out of user code -------------------------------------------------------------------
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    """A deadline of the user's own: ``TimeoutError`` (``anyio.fail_after``, ``asyncio.timeout``)
+    or ``trio.TooSlowError``."""
+    if isinstance(exc, TimeoutError):
+        return True
+    trio = sys.modules.get("trio")
+    return trio is not None and isinstance(exc, trio.TooSlowError)
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    out: list[BaseException] = []
+    todo: list[BaseException] = [group]
+    while todo:
+        exc = todo.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            todo.extend(reversed(exc.exceptions))
+        else:
+            out.append(exc)
+    return out
+
+
+def _judgeable_group(group: BaseExceptionGroup[Any]) -> bool:
+    """Does the group hold an error of the step's? Not when its leaves are all the backend's
+    cancellation (the step was cancelled), nor when one is a ``KeyboardInterrupt`` or the
+    like (never ours)."""
+    cancelled = get_cancelled_exc_class()
+    errors = False
+    for leaf in _leaves(group):
+        if isinstance(leaf, Exception):
+            errors = True
+        elif not isinstance(leaf, cancelled):
+            return False
+    return errors
+
+
+def _judge_group(group: BaseExceptionGroup[Any], state: State) -> str:
+    """The error code of a group from a nursery or task group inside a step, judged by its leaves
+    (cancellations aside): the first ``FutoInError`` decides the code and ``error_info``; with no
+    FutoInError, a lone timeout is ``Timeout`` and anything else ``InternalError``. A lone
+    FutoInError is ``state.last_exception`` itself; otherwise the group is."""
+    errors = [e for e in _leaves(group) if isinstance(e, Exception)]
+    for exc in errors:
+        if isinstance(exc, FutoInError):
+            state.error_info = exc.info
+            state.last_exception = exc if len(errors) == 1 else group
+            return exc.code
+    state.error_info = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
+    state.last_exception = group
+    if len(errors) == 1 and _is_timeout(errors[0]):
+        return Errors.Timeout
+    return Errors.InternalError
 
 
 # -- small step callables --------------------------------------------------------------------------

@@ -26,7 +26,7 @@ _EXEC = 1  # its execute callback is running
 _HANDLER = 2  # its error handler is running (a fresh object in the failed step's place)
 _SUBSTEPS = 3  # its callback returned, its sub-steps run
 _WAIT = 4  # waiting for an external success()/error(), a timeout or a cancel
-_CORO = 5  # an async def step (or await_) is running as a task
+_CORO = 5  # an async def step (or await_) is running: awaited inline, or as a task
 _ROOT = 6  # a root that is executing
 _DONE = 7  # out of service
 _FAILING = 8  # failed by an external error() that is about to unwind it
@@ -42,13 +42,14 @@ _NO_ARGS: tuple[Any, ...] = ()
 class _Ext:
     """The rarely used parts of a frame."""
 
-    __slots__ = ("cleanups", "coro", "exit_arg", "loop", "on_end", "on_exit", "oncancel", "par",
-                 "pending", "scope", "timer", "waiting")
+    __slots__ = ("cleanups", "coro", "deadline", "exit_arg", "loop", "on_end", "on_exit",
+                 "oncancel", "par", "pending", "scope", "timer", "waiting")
 
     def __init__(self) -> None:
         self.waiting = False
         self.oncancel: CancelHandler | None = None
         self.timer: Handle | None = None
+        self.deadline = 0.0  # of ``timer``, on the event loop's clock
         self.par: _ParallelRun | None = None
         self.loop: _LoopRun | None = None
         self.scope: CancelScope | None = None

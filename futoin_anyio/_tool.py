@@ -4,8 +4,13 @@ One :class:`AsyncTool` is one *driver*: a single coroutine that runs many flows 
 parallel branches) as plain function calls, keeps their timers in one heap, and yields to the
 event loop about every :data:`BURST` steps. ``await asi.promise()`` runs a private driver in the
 calling task; ``async with AsyncTool()`` runs a shared one in its own task for ``execute()``.
-Coroutine steps are the only thing that get real tasks, in the driver's task group, which is
-opened the first time one is needed.
+
+Coroutine steps of a ``promise()`` root's own flow are awaited by the driver itself, in the
+calling task (*inline*), inside one cancel scope shared by consecutive coroutine steps: its
+deadline is the nearest ``set_timeout()`` of the flow. Whatever else needs the driver meanwhile (a
+callback, a timer, another flow) is served by a helper task started only then. Coroutine steps of
+concurrent flows (parallel branches, roots of a public AsyncTool) run as tasks of their own, in
+the driver's task group, which is opened the first time one is needed.
 """
 
 from __future__ import annotations
@@ -117,6 +122,11 @@ class AsyncTool:
         "_ctx_token",
         "_current",
         "_fatal",
+        "_helper",
+        "_inline",
+        "_inline_next",
+        "_inline_scope",
+        "_main",
         "_need_tg",
         "_pending",
         "_pending_coros",
@@ -164,6 +174,14 @@ class AsyncTool:
         self._closing = False
         self._fatal: BaseException | None = None
         self._ctx_token: Any = None
+        # Inline coroutine steps (promise() only): the flow they belong to, the step whose
+        # coroutine is being awaited, the next one to await, the scope they share, and whether a
+        # helper task serves the driver's other work meanwhile.
+        self._main: _Flow | None = None
+        self._inline: AsyncSteps | None = None
+        self._inline_next: AsyncSteps | None = None
+        self._inline_scope: CancelScope | None = None
+        self._helper = False
 
     # -- the FTN12 §2.6 interface -------------------------------------------------------------
 
@@ -179,7 +197,7 @@ class AsyncTool:
         if thread is None or get_ident() == thread:
             self._pending += 1
             self._ready.append(handle)
-            if self._sleep_scope is not None:
+            if self._sleep_scope is not None or self._inline is not None:
                 self._wake()
         else:
             self._from_thread(self._adopt_immediate, handle)
@@ -296,14 +314,30 @@ class AsyncTool:
 
     def _call_later(self, delay_s: float, func: Callable[..., object], *args: Any) -> Handle:
         handle = Handle._create(self, func, args)
+        self._push_timer(anyio.current_time() + delay_s, handle, True)
+        return handle
+
+    def _call_timeout(self, delay_s: float, frame: AsyncSteps) -> tuple[Handle, float]:
+        """The timer of ``set_timeout()`` on ``frame``: its handle and its deadline.
+
+        While the driver awaits a coroutine of ``frame``'s flow inline, the shared scope's
+        deadline covers it (the caller updates it): no helper task is started for it.
+        """
+        from ._engine import _on_timeout
+
+        handle = Handle._create(self, _on_timeout, (frame,))
+        deadline = anyio.current_time() + delay_s
+        inline = self._inline
+        self._push_timer(deadline, handle, inline is None or inline._flow is not frame._flow)
+        return handle, deadline
+
+    def _push_timer(self, deadline: float, handle: Handle, wake: bool) -> None:
         self._pending += 1
         self._seq += 1
-        deadline = anyio.current_time() + delay_s
         timers = self._timers
-        if not timers or deadline < timers[0][0]:
+        if wake and (not timers or deadline < timers[0][0] or self._inline is not None):
             self._wake()
         heappush(timers, (deadline, self._seq, handle))
-        return handle
 
     def _schedule(self, flow: _Flow) -> None:
         """Put a flow that can go on into the run queue."""
@@ -314,23 +348,34 @@ class AsyncTool:
             if scope is not None:
                 self._sleep_scope = None
                 scope.cancel()
+            elif self._inline is not None:
+                self._wake()
 
     def _wake(self) -> None:
+        """Let the driver see new work: wake it if it sleeps; if it awaits a coroutine step
+        inline, start the helper task that serves everything else meanwhile."""
         scope = self._sleep_scope
         if scope is not None:
             self._sleep_scope = None
             scope.cancel()
+        elif self._inline is not None and not self._helper:
+            self._start_helper()
 
-    def _start_coroutine(
-        self, runner: Callable[..., Coroutine[Any, Any, None]], *args: Any
-    ) -> None:
+    def _start_coroutine(self, runner: _CoroRunner, step: AsyncSteps, coro: Any) -> None:
+        """Run the coroutine of ``step``: inline when it belongs to this ``promise()``'s own
+        flow and nothing is awaited inline yet, else as a task named after the step function."""
+        if step._flow is self._main and self._inline is None and self._inline_next is None:
+            self._inline_next = step
+            if self._tg is None:
+                self._need_tg = True
+            return
         tg = self._tg
         if tg is None:
-            self._pending_coros.append((runner, args))
+            self._pending_coros.append((runner, (step, coro)))
             self._need_tg = True
             self._wake()
         else:
-            tg.start_soon(runner, *args)
+            tg.start_soon(runner, step, coro, name=_task_name(step))
 
     def _tick(self) -> None:
         """Run ready flows and callbacks, in FIFO order, for one burst of :data:`BURST` steps.
@@ -379,7 +424,8 @@ class AsyncTool:
         with CancelScope(deadline=self._next_deadline()) as scope:
             self._sleep_scope = scope
             await sleep_forever()
-        self._sleep_scope = None
+        if self._sleep_scope is scope:
+            self._sleep_scope = None
         if self._timers:
             self._fire_timers()
 
@@ -388,11 +434,97 @@ class AsyncTool:
         while not done():
             if self._fatal is not None or (self._need_tg and self._tg is None):
                 return
-            if self._ready:
+            if self._inline_next is not None:
+                await self._run_inline()
+            elif self._ready:
                 self._tick()
-                await checkpoint()
+                if self._inline_next is None:
+                    await checkpoint()
             else:
                 await self._idle()
+
+    async def _run_inline(self) -> None:
+        """Await the coroutine steps of this ``promise()``'s flow in the calling task.
+
+        Consecutive coroutine steps (and the plain steps between them) share one cancel scope:
+        its deadline is the flow's nearest ``set_timeout()``; a timeout, ``asi.cancel()`` or an
+        external error cancels it. The backend's cancellation from outside goes through
+        unchanged.
+        """
+        from ._engine import _await_step, _coroutine_done, _flow_deadline, _inline_cancelled
+
+        step = self._inline_next
+        assert step is not None
+        flow = step._flow
+        assert flow is not None
+        interrupted: AsyncSteps | None = None
+        with CancelScope(deadline=_flow_deadline(flow)) as scope:
+            self._inline_scope = scope
+            if self._ready or self._foreign_timers(flow):
+                self._start_helper()
+            while True:
+                self._inline_next = None
+                self._inline = step
+                try:
+                    result, error = await _await_step(step, scope)
+                except BaseException:
+                    if scope.cancel_called:
+                        interrupted = step
+                    raise  # our scope absorbs its own cancellation, anything else goes out
+                finally:
+                    self._inline = None
+                if scope.cancel_called:  # the step was cancelled but its coroutine ended anyway
+                    interrupted = step
+                    break
+                if not _coroutine_done(step, result, error, inline=True):
+                    break
+                self._current = flow
+                try:
+                    flow.run(BURST)
+                finally:
+                    self._current = None
+                step = self._inline_next  # type: ignore[assignment]
+                if step is None:
+                    break
+                deadline = _flow_deadline(flow)
+                if deadline != scope.deadline:
+                    scope.deadline = deadline
+        self._inline_scope = None
+        self._inline_next = None
+        if self._helper:
+            self._wake()  # the helper sees the inline run is over and ends
+        if interrupted is not None:
+            _inline_cancelled(self, interrupted)
+
+    def _foreign_timers(self, flow: _Flow) -> bool:
+        """Does the heap hold a live timer other than a ``set_timeout()`` of ``flow``?"""
+        from ._engine import _on_timeout
+
+        for entry in self._timers:
+            handle = entry[2]
+            if handle._tool is not None and (
+                handle._func is not _on_timeout or handle._args[0]._flow is not flow
+            ):
+                return True
+        return False
+
+    def _start_helper(self) -> None:
+        tg = self._tg
+        assert tg is not None
+        self._helper = True
+        tg.start_soon(self._help, name="futoin_anyio driver helper")
+
+    async def _help(self) -> None:
+        """Serve the driver's callbacks, timers and other flows while it awaits inline."""
+        try:
+            while self._inline_scope is not None:
+                if self._ready:
+                    self._tick()
+                    await checkpoint()
+                else:
+                    await self._idle()
+        finally:
+            self._helper = False
 
     async def _drive(self, done: Callable[[], bool]) -> None:
         """Run flows in the calling task until ``done()``; the driver of ``promise()``."""
@@ -490,6 +622,16 @@ class AsyncTool:
         if self._fatal is None:
             self._fatal = exc
         self._wake()
+
+
+def _task_name(step: AsyncSteps) -> str:
+    """A coroutine step's task is named after the step function, as Trio users expect."""
+    func = step._func
+    name = getattr(func, "__qualname__", None)
+    if name is None:
+        name = type(func).__qualname__
+    module = getattr(func, "__module__", None)
+    return f"{module}.{name}" if module else str(name)
 
 
 def _run_callback(handle: Handle) -> None:
