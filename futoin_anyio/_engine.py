@@ -499,7 +499,7 @@ class AsyncSteps:
         self._unhandled = unhandled_error
         tool._roots.add(self)
         tool._ready.append(self)
-        if tool._sleep_scope is not None:
+        if tool._sleep_scope is not None or tool._inline is not None:
             tool._wake()
 
     def _go(self, budget: int) -> int:

@@ -34,6 +34,11 @@ from anyio.lowlevel import checkpoint, current_token
 
 from ._errors import Errors, FutoInError
 
+try:
+    import sniffio as _sniffio
+except ImportError:  # pragma: no cover - trio depends on it; AnyIO alone does not
+    _sniffio = None
+
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
@@ -126,6 +131,7 @@ class AsyncTool:
         "_inline",
         "_inline_next",
         "_inline_scope",
+        "_library",
         "_main",
         "_need_tg",
         "_pending",
@@ -182,6 +188,7 @@ class AsyncTool:
         self._inline_next: AsyncSteps | None = None
         self._inline_scope: CancelScope | None = None
         self._helper = False
+        self._library = "asyncio"  # the AnyIO backend's name, known once bound
 
     # -- the FTN12 §2.6 interface -------------------------------------------------------------
 
@@ -279,7 +286,9 @@ class AsyncTool:
 
     def _bind(self) -> None:
         self._thread = get_ident()
-        native = current_token().native_token
+        token = current_token()
+        native = token.native_token
+        self._library = "trio" if hasattr(native, "run_sync_soon") else "asyncio"
         # trio's token has run_sync_soon(), asyncio's loop call_soon_threadsafe(): both are
         # non-blocking and safe to call from any thread.
         run_soon = getattr(native, "run_sync_soon", None) or cast(Any, native).call_soon_threadsafe
@@ -512,7 +521,16 @@ class AsyncTool:
         tg = self._tg
         assert tg is not None
         self._helper = True
-        tg.start_soon(self._help, name="futoin_anyio driver helper")
+        if _sniffio is None:  # AnyIO finds asyncio's running loop by itself
+            tg.start_soon(self._help, name="futoin_anyio driver helper")
+            return
+        # The wake may come from a plain event-loop callback (a thread hand-off, a future's
+        # done callback), where no task tells which library runs: say it.
+        token = _sniffio.current_async_library_cvar.set(self._library)
+        try:
+            tg.start_soon(self._help, name="futoin_anyio driver helper")
+        finally:
+            _sniffio.current_async_library_cvar.reset(token)
 
     async def _help(self) -> None:
         """Serve the driver's callbacks, timers and other flows while it awaits inline."""
