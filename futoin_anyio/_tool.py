@@ -482,8 +482,17 @@ class AsyncTool:
                     raise  # our scope absorbs its own cancellation, anything else goes out
                 finally:
                     self._inline = None
-                if scope.cancel_called:  # the step was cancelled but its coroutine ended anyway
-                    interrupted = step
+                if scope.cancel_called:
+                    # The step was cancelled, yet its coroutine returned or failed. An error
+                    # wins, as in a task group, unless the whole root is being cancelled.
+                    ext = step._ext
+                    assert ext is not None
+                    if error is None or ext.on_end is not None:
+                        interrupted = step
+                    else:
+                        ext.pending = None
+                        if _coroutine_done(step, result, error, inline=True):
+                            self._schedule(flow)
                     break
                 if not _coroutine_done(step, result, error, inline=True):
                     break
