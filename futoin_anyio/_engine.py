@@ -33,6 +33,7 @@ from threading import get_ident
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from anyio import CancelScope, get_cancelled_exc_class
+from anyio.lowlevel import checkpoint
 
 from ._errors import Errors, FutoInError
 from ._frame import (
@@ -58,7 +59,7 @@ from ._frame import (
 )
 from ._loops import _FOR_EACH, _LOOP, _REPEAT, _Loop
 from ._state import State, fresh_state
-from ._tool import AsyncTool, _check_ms, current_tool
+from ._tool import BURST, AsyncTool, _check_ms, current_tool
 from ._types import CancelHandler, ErrorHandler, ISync, StepFunc, _Item
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -497,10 +498,7 @@ class AsyncSteps:
         self._started = True
         self._tool = tool
         self._unhandled = unhandled_error
-        tool._roots.add(self)
-        tool._ready.append(self)
-        if tool._sleep_scope is not None or tool._inline is not None:
-            tool._wake()
+        tool._add_root(self)
 
     def _go(self, budget: int) -> int:
         """First run of a root started with ``execute()`` (called by its AsyncTool)."""
@@ -539,18 +537,27 @@ class AsyncSteps:
         driver = AsyncTool._private()
         flow = self._start(driver)
         driver._main = flow
-        driver._schedule(flow)
-
-        def done() -> bool:
-            return flow.finished
-
+        driver._bind()
+        # A cancel point and a schedule point, before anything of the root runs (as Trio's own
+        # operations): a cancelled task does not start the root, and a loop of roots that
+        # complete at once does not starve the event loop.
+        await checkpoint()
         try:
-            await driver._drive(done)
+            driver._current = flow
+            try:
+                flow.run(BURST)  # the common case: the root completes here, or waits
+            finally:
+                driver._current = None
+            if not flow.finished:
+                await driver._loop(flow)
+                if driver._needs_task_group():
+                    await driver._drive(flow)
         except BaseException:
             flow.abort()
             driver._cancel_all()
             raise
-        driver._cancel_all()  # roots executed into this private driver end with it
+        if not driver._idle_after_promise():
+            driver._cancel_all()  # roots executed into this private driver end with it
         self._flow = None  # no root <-> flow cycle left behind
         return flow.outcome()
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 import math
+from asyncio import Future as _asyncio_future_type
+from asyncio import _get_running_loop as _running_asyncio_loop
 import sys
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any, cast, final
 import anyio
 from anyio import CancelScope, create_task_group, get_cancelled_exc_class, sleep_forever
 from anyio.abc import TaskGroup
-from anyio.lowlevel import checkpoint, current_token
+from anyio.lowlevel import checkpoint
 
 from ._errors import Errors, FutoInError
 
@@ -55,6 +57,10 @@ BURST = 100
 _CoroRunner = Callable[..., Coroutine[Any, Any, None]]
 
 _new_handle = object.__new__
+
+#: The value of a driver's container that was never needed: empty, falsy, iterable, and never
+#: written to (the writers make the real container first).
+_EMPTY: Any = ()
 
 _current_tool: ContextVar[AsyncTool | None] = ContextVar("futoin_anyio_tool", default=None)
 
@@ -163,19 +169,25 @@ class AsyncTool:
     def _init(self) -> None:
         # Flows that can go on and immediate callbacks, in one FIFO (as the reference's single
         # immediate queue orders them).
-        self._ready: deque[_Flow | AsyncSteps | Handle] = deque()
-        self._timers: list[tuple[float, int, Handle]] = []
+        # These four containers are made when first needed (see _EMPTY): most promise() drivers
+        # never need them, and a blocked root should hold little more than a blocked task.
+        self._ready: deque[_Flow | AsyncSteps | Handle] = _EMPTY
+        self._timers: list[tuple[float, int, Handle]] = _EMPTY
         self._seq = 0
         self._pending = 0  # scheduled handles not yet run or cancelled
-        self._sleep_scope: CancelScope | None = None
+        # What the driver sleeps on, while it sleeps: the task it parked (trio), the future it
+        # awaits (asyncio), or a cancel scope with the nearest timer as its deadline.
+        self._sleep_scope: Any = None
         self._thread: int | None = None
-        self._threadsafe: Callable[[Callable[[], object]], object] | None = None
+        # The running asyncio loop, or trio's token: both offer a non-blocking hand-off to the
+        # loop's thread from any thread. Kept as is (no bound method per driver).
+        self._threadsafe: Any = None
         self._tg: TaskGroup | None = None
         self._need_tg = False
-        self._pending_coros: list[tuple[_CoroRunner, tuple[Any, ...]]] = []
+        self._pending_coros: list[tuple[_CoroRunner, tuple[Any, ...]]] = _EMPTY
         self._coro_tasks = 0
         self._tasks_idle: anyio.Event | None = None
-        self._roots: set[AsyncSteps] = set()  # started with execute() and not finished
+        self._roots: set[AsyncSteps] = _EMPTY  # started with execute() and not finished
         self._current: _Flow | None = None
         self._closing = False
         self._fatal: BaseException | None = None
@@ -203,7 +215,7 @@ class AsyncTool:
         thread = self._thread
         if thread is None or get_ident() == thread:
             self._pending += 1
-            self._ready.append(handle)
+            self._ready_queue().append(handle)
             if self._sleep_scope is not None or self._inline is not None:
                 self._wake()
         else:
@@ -285,24 +297,33 @@ class AsyncTool:
     # -- driver ---------------------------------------------------------------------------------
 
     def _bind(self) -> None:
+        """Bind to the running event loop and its thread (called on that thread)."""
         self._thread = get_ident()
-        token = current_token()
-        native = token.native_token
-        self._library = "trio" if hasattr(native, "run_sync_soon") else "asyncio"
-        # trio's token has run_sync_soon(), asyncio's loop call_soon_threadsafe(): both are
-        # non-blocking and safe to call from any thread.
-        run_soon = getattr(native, "run_sync_soon", None) or cast(Any, native).call_soon_threadsafe
-        self._threadsafe = run_soon
+        # asyncio's loop.call_soon_threadsafe(), trio's token.run_sync_soon(): non-blocking and
+        # safe from any thread. Found directly, as AnyIO's current_token() costs ~10 us, and a
+        # promise() driver binds every time.
+        loop = _running_asyncio_loop()
+        if loop is not None:
+            self._threadsafe = loop
+            self._library = "asyncio"
+        else:
+            import trio
+
+            self._threadsafe = trio.lowlevel.current_trio_token()
+            self._library = "trio"
 
     def _require_running(self, what: str) -> None:
         if self._thread is None:
             raise FutoInError(Errors.InternalError, f"{what}: the AsyncTool is not running")
 
     def _from_thread(self, func: Callable[..., object], *args: Any) -> None:
-        threadsafe = self._threadsafe
-        assert threadsafe is not None
+        target = self._threadsafe
+        assert target is not None
         try:
-            threadsafe(lambda: func(*args))
+            if self._library == "asyncio":
+                target.call_soon_threadsafe(lambda: func(*args))
+            else:
+                target.run_sync_soon(lambda: func(*args))
         except RuntimeError as err:  # the loop is closed or closing
             raise FutoInError(
                 Errors.InternalError, f"the event loop is no longer running: {err}"
@@ -311,14 +332,14 @@ class AsyncTool:
     def _adopt_immediate(self, handle: Handle) -> None:
         if handle._tool is self:
             self._pending += 1
-            self._ready.append(handle)
+            self._ready_queue().append(handle)
             self._wake()
 
     def _soon(self, func: Callable[..., object], *args: Any) -> None:
         """Run ``func(*args)`` in the driver soon (engine-internal; loop thread only)."""
         handle = Handle._create(self, func, args)
         self._pending += 1
-        self._ready.append(handle)
+        self._ready_queue().append(handle)
         self._wake()
 
     def _call_later(self, delay_s: float, func: Callable[..., object], *args: Any) -> Handle:
@@ -344,29 +365,53 @@ class AsyncTool:
         self._pending += 1
         self._seq += 1
         timers = self._timers
+        if timers is _EMPTY:
+            timers = self._timers = []
         if wake and (not timers or deadline < timers[0][0] or self._inline is not None):
             self._wake()
         heappush(timers, (deadline, self._seq, handle))
+
+    def _ready_queue(self) -> deque[_Flow | AsyncSteps | Handle]:
+        ready = self._ready
+        if ready is _EMPTY:
+            ready = self._ready = deque()
+        return ready
+
+    def _add_root(self, root: AsyncSteps) -> None:
+        """A root started with ``execute()``: it runs when its turn comes."""
+        roots = self._roots
+        if roots is _EMPTY:
+            roots = self._roots = set()
+        roots.add(root)
+        self._ready_queue().append(root)
+        if self._sleep_scope is not None or self._inline is not None:
+            self._wake()
 
     def _schedule(self, flow: _Flow) -> None:
         """Put a flow that can go on into the run queue."""
         if not flow.queued:
             flow.queued = True
-            self._ready.append(flow)
-            scope = self._sleep_scope
-            if scope is not None:
-                self._sleep_scope = None
-                scope.cancel()
-            elif self._inline is not None:
+            ready = self._ready
+            if ready is _EMPTY:
+                ready = self._ready = deque()
+            ready.append(flow)
+            if self._sleep_scope is not None or self._inline is not None:
                 self._wake()
 
     def _wake(self) -> None:
         """Let the driver see new work: wake it if it sleeps; if it awaits a coroutine step
         inline, start the helper task that serves everything else meanwhile."""
-        scope = self._sleep_scope
-        if scope is not None:
+        sleeper = self._sleep_scope
+        if sleeper is not None:
             self._sleep_scope = None
-            scope.cancel()
+            kind = type(sleeper)
+            if kind is _Future:
+                if not sleeper.done():
+                    sleeper.set_result(None)
+            elif kind is _trio_task_type():
+                _trio_reschedule(sleeper)
+            else:
+                sleeper.cancel()
         elif self._inline is not None and not self._helper:
             self._start_helper()
 
@@ -380,6 +425,8 @@ class AsyncTool:
             return
         tg = self._tg
         if tg is None:
+            if self._pending_coros is _EMPTY:
+                self._pending_coros = []
             self._pending_coros.append((runner, (step, coro)))
             self._need_tg = True
             self._wake()
@@ -438,9 +485,14 @@ class AsyncTool:
         if self._timers:
             self._fire_timers()
 
-    async def _loop(self, done: Callable[[], bool]) -> None:
-        """Run until ``done()``; return early if a coroutine step needs the task group."""
-        while not done():
+    async def _loop(self, main: _Flow | None) -> None:
+        """Run until ``main`` (a ``promise()``'s flow) has finished, or for a public tool until
+        it is served; return early if a coroutine step needs the task group.
+
+        One coroutine frame, and a sleep that parks the task itself when no timer is due: a root
+        blocked in ``promise()`` should hold little more than a blocked task.
+        """
+        while not (main.finished if main is not None else self._served()):
             if self._fatal is not None or (self._need_tg and self._tg is None):
                 return
             if self._inline_next is not None:
@@ -449,8 +501,24 @@ class AsyncTool:
                 self._tick()
                 if self._inline_next is None:
                     await checkpoint()
-            else:
+            elif self._timers and self._next_deadline() != math.inf:
                 await self._idle()
+            elif self._library == "asyncio":
+                future = self._sleep_scope = self._threadsafe.create_future()
+                try:
+                    await future
+                finally:
+                    if self._sleep_scope is future:
+                        self._sleep_scope = None
+            else:
+                lowlevel = sys.modules["trio"].lowlevel
+                self._sleep_scope = lowlevel.current_task()
+                await lowlevel.wait_task_rescheduled(self._abort_park)
+
+    def _abort_park(self, _: object) -> Any:
+        """The parked driver's task is cancelled (trio)."""
+        self._sleep_scope = None
+        return sys.modules["trio"].lowlevel.Abort.SUCCEEDED
 
     async def _run_inline(self) -> None:
         """Await the coroutine steps of this ``promise()``'s flow in the calling task.
@@ -553,17 +621,19 @@ class AsyncTool:
         finally:
             self._helper = False
 
-    async def _drive(self, done: Callable[[], bool]) -> None:
-        """Run flows in the calling task until ``done()``; the driver of ``promise()``."""
-        self._bind()
-        await self._loop(done)
+    def _needs_task_group(self) -> bool:
+        return self._fatal is not None or self._need_tg or bool(self._pending_coros)
+
+    async def _drive(self, main: _Flow) -> None:
+        """Go on running ``main`` (a ``promise()``'s flow) in the calling task, in a task group
+        for the coroutine steps that need one; raise what stopped the driver."""
         if self._fatal is None and (self._need_tg or self._pending_coros):
             error: BaseException | None = None
             try:
                 async with create_task_group() as tg:
                     self._tg = tg
                     self._start_pending_coros()
-                    await self._loop(done)
+                    await self._loop(main)
                     if self._fatal is not None:
                         tg.cancel_scope.cancel()
                     # Coroutines of cancelled steps end here: the group waits for them.
@@ -578,9 +648,13 @@ class AsyncTool:
             self._fatal = None
             raise fatal
 
+    def _idle_after_promise(self) -> bool:
+        """Is there nothing of this promise() driver's left to cancel?"""
+        return not (self._roots or self._ready or self._timers or self._pending_coros)
+
     def _start_pending_coros(self) -> None:
         pending = self._pending_coros
-        self._pending_coros = []
+        self._pending_coros = _EMPTY
         for runner, args in pending:
             self._start_coroutine(runner, *args)
 
@@ -589,7 +663,7 @@ class AsyncTool:
         self._tg_ready()
         task_status.started()
         try:
-            await self._loop(self._served)
+            await self._loop(None)
         except get_cancelled_exc_class():
             # The block is left by an exception or a cancellation. As under promise(): the
             # coroutine steps (innermost) end first, then every root's cancel handlers run.
@@ -637,10 +711,10 @@ class AsyncTool:
         for item in self._ready:
             if type(item) is Handle:
                 item._tool = None
-        self._ready.clear()
+        self._ready = _EMPTY
         for entry in self._timers:
             entry[2]._tool = None
-        self._timers.clear()
+        self._timers = _EMPTY
         self._pending = 0
 
     def _report_fatal(self, exc: BaseException) -> None:
@@ -649,6 +723,22 @@ class AsyncTool:
         if self._fatal is None:
             self._fatal = exc
         self._wake()
+
+
+_Future = _asyncio_future_type
+
+
+def _trio_task_type() -> type:
+    trio = sys.modules.get("trio")
+    return trio.lowlevel.Task if trio is not None else _NoType  # type: ignore[no-any-return]
+
+
+def _trio_reschedule(task: Any) -> None:
+    sys.modules["trio"].lowlevel.reschedule(task)
+
+
+class _NoType:
+    """Stands for trio's Task type where trio was never imported."""
 
 
 def _task_name(step: AsyncSteps) -> str:
