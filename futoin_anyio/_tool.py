@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from asyncio import Future as _asyncio_future_type
 from asyncio import _get_running_loop as _running_asyncio_loop
-import sys
 from collections import deque
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from heapq import heappop, heappush
 from threading import get_ident
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, cast, final
+from typing import TYPE_CHECKING, Any, final
 
 import anyio
 from anyio import CancelScope, create_task_group, get_cancelled_exc_class, sleep_forever
@@ -36,6 +36,7 @@ from anyio.lowlevel import checkpoint
 
 from ._errors import Errors, FutoInError
 
+_sniffio: Any
 try:
     import sniffio as _sniffio
 except ImportError:  # pragma: no cover - trio depends on it; AnyIO alone does not
@@ -569,9 +570,10 @@ class AsyncTool:
                     flow.run(BURST)
                 finally:
                     self._current = None
-                step = self._inline_next  # type: ignore[assignment]
-                if step is None:
+                following = self._inline_next
+                if following is None:
                     break
+                step = following
                 deadline = _flow_deadline(flow)
                 if deadline != scope.deadline:
                     scope.deadline = deadline
@@ -730,7 +732,7 @@ _Future = _asyncio_future_type
 
 def _trio_task_type() -> type:
     trio = sys.modules.get("trio")
-    return trio.lowlevel.Task if trio is not None else _NoType  # type: ignore[no-any-return]
+    return trio.lowlevel.Task if trio is not None else _NoType
 
 
 def _trio_reschedule(task: Any) -> None:

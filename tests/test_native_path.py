@@ -21,7 +21,12 @@ pytestmark = pytest.mark.anyio
 _var: ContextVar[str] = ContextVar("test_native_path_var", default="unset")
 
 
-def _own_tasks() -> set[str]:
+def _note(log: list[str], text: str, event: anyio.Event) -> None:
+    log.append(text)
+    event.set()
+
+
+def _own_tasks() -> set[str | None]:
     return {t.name for t in anyio.get_running_tasks()}
 
 
@@ -57,7 +62,7 @@ async def test_contextvar_set_in_async_step_is_seen_by_the_next_steps() -> None:
 
 
 async def test_no_task_is_spawned_for_lone_async_steps() -> None:
-    during: list[set[str]] = []
+    during: list[set[str | None]] = []
 
     async def step(asi: AsyncSteps, i: int) -> None:
         await anyio.lowlevel.checkpoint()
@@ -192,8 +197,8 @@ async def test_tool_callbacks_run_on_time_while_a_coroutine_awaits_inline() -> N
         assert tool is not None
         fired = anyio.Event()
         later = anyio.Event()
-        tool.immediate(lambda: (log.append("immediate"), fired.set()))
-        tool.deferred(10, lambda: (log.append("deferred"), later.set()))
+        tool.immediate(lambda: _note(log, "immediate", fired))
+        tool.deferred(10, lambda: _note(log, "deferred", later))
         with anyio.fail_after(5):
             await fired.wait()
             await later.wait()
@@ -233,7 +238,7 @@ async def test_another_root_in_the_same_driver_runs_while_inline() -> None:
     async def step(asi: AsyncSteps) -> None:
         other = asi.new_instance()
         released = anyio.Event()
-        other.add(lambda asi: (log.append("other root"), released.set()))
+        other.add(lambda asi: _note(log, "other root", released))
         other.execute()
         with anyio.fail_after(5):
             await released.wait()
@@ -259,7 +264,7 @@ async def test_waiting_step_of_another_flow_completed_while_inline() -> None:
             waiting.append(asi)
             asi.wait_external()
 
-        other.add(wait).add(lambda asi, v: (log.append(f"other got {v}"), finished.set()))
+        other.add(wait).add(lambda asi, v: _note(log, f"other got {v}", finished))
         other.execute()
         with anyio.fail_after(5):
             while not waiting:
