@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+from asyncio import sleep as _asyncio_sleep
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from functools import partial
 from inspect import isawaitable, iscoroutine
@@ -33,7 +34,6 @@ from threading import get_ident
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from anyio import CancelScope, get_cancelled_exc_class
-from anyio.lowlevel import checkpoint
 
 from ._errors import Errors, FutoInError
 from ._frame import (
@@ -541,7 +541,10 @@ class AsyncSteps:
         # A cancel point and a schedule point, before anything of the root runs (as Trio's own
         # operations): a cancelled task does not start the root, and a loop of roots that
         # complete at once does not starve the event loop.
-        await checkpoint()
+        if driver._library == "asyncio":
+            await _asyncio_sleep(0)  # what AnyIO's checkpoint() does, without its dispatch
+        else:
+            await sys.modules["trio"].lowlevel.checkpoint()
         try:
             driver._current = flow
             try:
