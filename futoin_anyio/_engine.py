@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from functools import partial
-from inspect import isawaitable, iscoroutine
+from inspect import CORO_CREATED, getcoroutinestate, isawaitable, iscoroutine
 from sys import getrefcount
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -541,11 +541,18 @@ class AsyncSteps:
     def cancel(self) -> None:
         """Cancel this root: cancel handlers run, innermost first; no error handler runs.
 
-        Called from one of the root's own steps, it takes effect when that step returns.
+        Called from one of the root's own steps, it takes effect when that step returns. Any
+        thread: from another one, the cancellation is handed to the loop's thread and happens
+        there soon after (the call returns at once).
         """
         if self._parent is not None:
             _internal("cancel() can only be called on a root AsyncSteps, not on a step")
         flow = self._flow
+        tool = flow.driver if flow is not None else self._tool
+        if tool is not None and tool._thread is not None and get_ident() != tool._thread:
+            if not tool._exited:
+                tool._from_thread(self.cancel)
+            return
         if flow is None:
             if self._status is _ROOT and self._tool is not None:  # executed, not started yet
                 self._tool._roots.discard(self)
@@ -753,7 +760,15 @@ class _Flow:
                 if ext is not None:
                     loop = ext.loop
                     if loop is not None:
-                        args = next(loop.it, None)
+                        try:
+                            args = next(loop.it, None)
+                        except Exception as exc:  # a collection changed, a generator raised
+                            if not self._step_raised(exc):
+                                return budget
+                            if self.interrupt:
+                                self._interrupted()
+                                return budget
+                            continue
                         if args is not None:
                             self.args = args
                             func, onerror = loop.item
@@ -909,6 +924,8 @@ class _Flow:
             frame._queue = None
             if frame._ext is not None:
                 code = self._cancel_frame(frame, code) or code
+                if self._cancelled():  # the cancel handler cancelled the root
+                    return False
             onerror = frame._onerror
             if onerror is None:
                 continue
@@ -919,14 +936,18 @@ class _Flow:
             stack.append(handler)
             try:
                 onerror(handler, code)
-                if self.finished:  # the handler cancelled the root
+                if self._cancelled():  # the handler cancelled the root: nothing else runs
                     return False
             except FutoInError as exc:
+                if self._cancelled():
+                    return False
                 if state.last_exception is not exc:
                     state.error_info = exc.info
                     state.last_exception = exc
                 code = exc.code
             except Exception as exc:
+                if self._cancelled():
+                    return False
                 code = Errors.InternalError
                 state.error_info = f"{type(exc).__name__}: {exc}"
                 state.last_exception = exc
@@ -947,6 +968,13 @@ class _Flow:
                 _end_ext(handler)
         self._finish(code)
         return False
+
+    def _cancelled(self) -> bool:
+        """The root was cancelled by a handler: at once, or when the running step returns."""
+        if self.finished:
+            return True
+        current = self.driver._current
+        return current is not None and current.interrupt and current.root is self.root
 
     def _resume_unwind(self, code: str) -> None:
         if self.finished or self.root._status is _CANCELLING:
@@ -997,20 +1025,41 @@ class _Flow:
     # -- cancellation -------------------------------------------------------------------------
 
     def _cancel(self) -> None:
-        """Run the cancel handlers of every active step, innermost first; the flow ends."""
+        """Run the cancel handlers of every active step, innermost first; the flow ends.
+
+        The branches of a parallel step are cancelled before the step itself, depth first, with
+        an explicit list of flows rather than recursion: any depth of nesting is cancelled.
+        """
         if self.finished:
             return
         self.finished = True
-        stack = self.stack
-        while len(stack) > 1:
-            frame = stack.pop()
-            frame._status = _DONE
-            frame._queue = None
-            if frame._ext is not None:
-                self._cancel_frame(frame, None)
-        stack[0]._status = _DONE
-        if self.par is not None:
-            self._drop_links()
+        todo = [self]
+        while todo:
+            flow = todo[-1]
+            stack = flow.stack
+            while len(stack) > 1:
+                frame = stack[-1]
+                ext = frame._ext
+                if ext is not None and ext.par is not None:  # its branches first
+                    par = ext.par
+                    ext.par = None
+                    if not par.over:
+                        par.over = True
+                        for branch in reversed(par.flows):
+                            if not branch.finished:
+                                branch.finished = True
+                                todo.append(branch)
+                        break
+                stack.pop()
+                frame._status = _DONE
+                frame._queue = None
+                if ext is not None:
+                    self._cancel_frame(frame, None)
+            else:
+                todo.pop()
+                stack[0]._status = _DONE
+                if flow.par is not None:
+                    flow._drop_links()
 
     def _drop_links(self) -> None:
         """A finished branch lets go of its container and parallel run: no reference cycles
@@ -1231,6 +1280,14 @@ class _AwaitStep:
 
     async def _wait(self) -> Any:
         return await self.aw
+
+    def __del__(self) -> None:
+        # The step never ran (an earlier step failed, a sibling branch failed, the root was
+        # cancelled) or its task never started: close the user's coroutine, which will never
+        # run, so that it does not warn "never awaited".
+        aw = self.aw
+        if iscoroutine(aw) and getcoroutinestate(aw) == CORO_CREATED:
+            aw.close()
 
 
 # -- helpers for the sync primitives and the binary bridge -----------------------------------------

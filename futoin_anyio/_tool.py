@@ -28,6 +28,7 @@ from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint, current_token
 
 from ._errors import Errors, FutoInError
+from ._frame import _internal
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
@@ -68,11 +69,15 @@ class Handle:
         return handle
 
     def cancel(self) -> None:
-        """Cancel the callback; a no-op if it already ran or was cancelled."""
+        """Cancel the callback; a no-op if it already ran or was cancelled. Any thread."""
         tool = self._tool
         if tool is not None:
             self._tool = None
-            tool._pending -= 1
+            thread = tool._thread
+            if thread is None or get_ident() == thread:
+                tool._pending -= 1
+            elif not tool._exited:  # the count is the loop thread's alone
+                tool._from_thread(tool._uncount)
 
     def is_valid(self) -> bool:
         """``True`` while the callback is still scheduled."""
@@ -116,6 +121,7 @@ class AsyncTool:
         "_coro_tasks",
         "_ctx_token",
         "_current",
+        "_exited",
         "_fatal",
         "_need_tg",
         "_pending",
@@ -162,6 +168,7 @@ class AsyncTool:
         self._roots: set[AsyncSteps] = set()  # started with execute() and not finished
         self._current: _Flow | None = None
         self._closing = False
+        self._exited = False  # the block (or promise()) is over: nothing can be scheduled
         self._fatal: BaseException | None = None
         self._ctx_token: Any = None
 
@@ -171,6 +178,8 @@ class AsyncTool:
         """Schedule ``func()`` to run soon on the loop's thread; callable from any thread."""
         if not callable(func):
             raise TypeError(f"immediate() needs a callable, got {type(func).__name__}")
+        if self._exited:
+            _internal("immediate(): the AsyncTool has already exited")
         handle = _new_handle(Handle)  # Handle._create(), inlined: immediate() is a hot path
         handle._func = func
         handle._args = ()
@@ -250,6 +259,7 @@ class AsyncTool:
             error = _unwrap_group(err, exc)
         finally:
             self._tg = None
+            self._exited = True
             fatal = self._fatal
             if fatal is not None:
                 self._fatal = None
@@ -268,6 +278,8 @@ class AsyncTool:
         self._threadsafe = run_soon
 
     def _require_running(self, what: str) -> None:
+        if self._exited:
+            _internal(f"{what}: the AsyncTool has already exited")
         if self._thread is None:
             raise FutoInError(Errors.InternalError, f"{what}: the AsyncTool is not running")
 
@@ -282,9 +294,19 @@ class AsyncTool:
             ) from err
 
     def _adopt_immediate(self, handle: Handle) -> None:
+        if self._exited:
+            handle._tool = None  # handed over as the tool exited: it will never run
+            return
+        # Counted even if already cancelled: the cancel() decremented it, or will (in order).
+        self._pending += 1
         if handle._tool is self:
-            self._pending += 1
             self._ready.append(handle)
+        self._wake()
+
+    def _uncount(self) -> None:
+        """A handle was cancelled on another thread (see :meth:`Handle.cancel`)."""
+        if not self._exited:
+            self._pending -= 1
             self._wake()
 
     def _soon(self, func: Callable[..., object], *args: Any) -> None:
@@ -483,6 +505,8 @@ class AsyncTool:
             entry[2]._tool = None
         self._timers.clear()
         self._pending = 0
+        if not self._public:
+            self._exited = True  # promise() is over (a public tool: when its block exits)
 
     def _report_fatal(self, exc: BaseException) -> None:
         """A BaseException (KeyboardInterrupt…) escaped a coroutine step: the driver stops and
