@@ -1058,6 +1058,7 @@ class _Flow:
             else:
                 todo.pop()
                 stack[0]._status = _DONE
+                stack[0]._queue = None  # steps that never ran go now (await_() closes its own)
                 if flow.par is not None:
                     flow._drop_links()
 
@@ -1122,6 +1123,7 @@ class _Flow:
     def _finish(self, code: str | None) -> None:
         self.finished = True
         self.stack[0]._status = _DONE
+        self.stack[0]._queue = None  # steps that never ran (after an error) go now
         self.result_code = code
         par = self.par
         if par is None:
@@ -1276,6 +1278,9 @@ class _AwaitStep:
         self.aw = aw
 
     def __call__(self, asi: AsyncSteps, *_: Any) -> Coroutine[Any, Any, Any]:
+        aw = self.aw
+        if iscoroutine(aw):  # run as the step itself: closing the step closes it
+            return aw
         return self._wait()
 
     async def _wait(self) -> Any:
