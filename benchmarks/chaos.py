@@ -474,18 +474,21 @@ def _quiet(func: Callable[..., object], *args: Any) -> None:
 
 
 def run_chaos(backend: str, *, seed: int = 0, runs: int | None = None,
-              seconds: float | None = None) -> ChaosReport:
-    """Run until ``runs`` runs are done or ``seconds`` have passed (whichever is given first)."""
-    report = ChaosReport()
+              seconds: float | None = None, start: int = 0) -> ChaosReport:
+    """Run until ``runs`` runs are done or ``seconds`` have passed (whichever is given first).
+
+    Run ``i`` of a seed is always the same program: ``start=i, runs=i + 1`` replays it alone.
+    """
+    report = ChaosReport(runs=start)
     log = logging.getLogger("futoin_anyio")
     records = _Records()
     log.addHandler(records)
-    start = time.monotonic()
+    began = time.monotonic()
     try:
         while True:
             if runs is not None and report.runs >= runs:
                 break
-            if seconds is not None and time.monotonic() - start >= seconds:
+            if seconds is not None and time.monotonic() - began >= seconds:
                 break
             rnd = random.Random(f"{seed}-{report.runs}")
             one = _Run(rnd, report)
@@ -507,7 +510,7 @@ def run_chaos(backend: str, *, seed: int = 0, runs: int | None = None,
             report.runs += 1
     finally:
         log.removeHandler(records)
-    report.seconds = time.monotonic() - start
+    report.seconds = time.monotonic() - began
     return report
 
 
@@ -516,9 +519,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--start", type=int, default=0, help="the first run (to replay one)")
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="trio")
     args = parser.parse_args()
-    rep = run_chaos(args.backend, seed=args.seed, runs=args.runs, seconds=args.seconds)
+    rep = run_chaos(args.backend, seed=args.seed, runs=args.runs, seconds=args.seconds,
+                    start=args.start)
     out = {k: v for k, v in rep.__dict__.items() if k != "problems"}
     out["problems"] = rep.problems[:20]
     out["problem_count"] = len(rep.problems)

@@ -76,6 +76,12 @@ class AsyncSteps:
     ``await asi.promise()`` in the current task, or ``asi.execute()`` in the current
     :class:`AsyncTool`. Each callback receives its own step object; it is usable while that step
     executes (or waits), and ``bool(asi)`` turns ``False`` when it goes out of service.
+
+    Threads: a root that has not started may be built on any thread (one at a time). A step
+    object in service is used on its event loop's thread: a call from another thread raises
+    ``RuntimeError``, except :meth:`success` and :meth:`error` of a step waiting for an external
+    event and :meth:`cancel` of a root, which any thread may call (the work is handed to the
+    loop's thread).
     """
 
     # ``_binary`` caches the C binding of the binary bridge (a step with one is never reused).
@@ -139,7 +145,10 @@ class AsyncSteps:
 
     @property
     def state(self) -> State:
-        """The :class:`State` shared by the root, all its steps and parallel branches."""
+        """The :class:`State` shared by the root, all its steps and parallel branches.
+
+        A plain ``dict``: while the root runs, use it on the loop's thread (or lock it yourself).
+        """
         state = self._state
         if state is None:
             state = self._state = fresh_state()
@@ -148,10 +157,14 @@ class AsyncSteps:
     # -- common API (§2.2.1) --------------------------------------------------------------------
 
     def add(self, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
-        """Add a step (a sub-step, when called inside a step); returns ``self`` for chaining."""
+        """Add a step (a sub-step, when called inside a step); returns ``self`` for chaining.
+
+        Loop thread (any thread while building a root that has not started)."""
         st = self._status
         if st is not _EXEC and st is not _MODEL and st is not _HANDLER and st is not _CORO:
             self._misuse("add()")
+        if st is not _MODEL and get_ident() != self._flow.driver._thread:  # type: ignore[union-attr]
+            _wrong_thread("add()")
         if not callable(func):
             _internal(f"add(): the step must be callable, got {type(func).__name__}")
         if onerror is not None and not callable(onerror):
@@ -167,7 +180,7 @@ class AsyncSteps:
 
         Each branch is a separate flow sharing this root's state. The next step runs when every
         branch has completed; the first branch error cancels the other branches and reaches
-        ``onerror``. The parallel step succeeds with no arguments.
+        ``onerror``. The parallel step succeeds with no arguments. Threads: as :meth:`add`.
         """
         from ._parallel import ParallelSteps
 
@@ -176,7 +189,9 @@ class AsyncSteps:
         return par
 
     def sync(self, obj: ISync, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
-        """Add a step synchronised against ``obj`` (a Mutex, Throttle, Limiter or any ISync)."""
+        """Add a step synchronised against ``obj`` (a Mutex, Throttle, Limiter or any ISync).
+
+        Threads: as :meth:`add`."""
         sync = getattr(obj, "sync", None)
         if sync is None and _is_cdata(obj):  # a foreign FutoInSync * has no sync attribute
             from .binary import _bridge
@@ -192,21 +207,24 @@ class AsyncSteps:
         return self
 
     def success_step(self, *args: Any) -> Self:
-        """Add a step that succeeds with ``args`` (result injection, §1.12)."""
+        """Add a step that succeeds with ``args`` (result injection, §1.12). Threads: as
+        :meth:`add`."""
         return self.add(_SuccessStep(args))
 
     def await_(self, aw: Awaitable[Any], onerror: ErrorHandler | None = None) -> Self:
         """Add a step that awaits ``aw`` (a coroutine, future or other awaitable, §1.13).
 
         Its result becomes the step's single success argument (none for ``None``); an exception
-        is the step's error; cancelling the step cancels the await.
+        is the step's error; cancelling the step cancels the await. Threads: as :meth:`add`.
         """
         if not isawaitable(aw):
             _internal(f"await_(): expected an awaitable, got {type(aw).__name__}")
         return self.add(_AwaitStep(aw), onerror)
 
     def copy_from(self, other: AsyncSteps) -> Self:
-        """Copy the steps of a model root ``other`` and its state variables not present here."""
+        """Copy the steps of a model root ``other`` and its state variables not present here.
+
+        Threads: as :meth:`add`."""
         if not isinstance(other, AsyncSteps):
             raise TypeError(f"copy_from() needs an AsyncSteps, got {type(other).__name__}")
         if other._status is not _MODEL:
@@ -214,6 +232,8 @@ class AsyncSteps:
         st = self._status
         if st is not _EXEC and st is not _MODEL and st is not _HANDLER and st is not _CORO:
             self._misuse("copy_from()")
+        if st is not _MODEL and get_ident() != self._flow.driver._thread:  # type: ignore[union-attr]
+            _wrong_thread("copy_from()")
         if other._queue:
             q = self._queue
             if q is None:
@@ -226,7 +246,7 @@ class AsyncSteps:
         return self
 
     def clone(self) -> AsyncSteps:
-        """A copy of this model root: its steps and a shallow copy of its state."""
+        """A copy of this model root: its steps and a shallow copy of its state. Any thread."""
         if self._status is not _MODEL:
             _internal("clone(): only a root that has not been executed can be cloned")
         copy = AsyncSteps(State(self.state), self._tool)
@@ -237,17 +257,20 @@ class AsyncSteps:
     __copy__ = clone
 
     def new_instance(self) -> AsyncSteps:
-        """A new, empty root for standalone execution, sharing this one's AsyncTool."""
+        """A new, empty root for standalone execution, sharing this one's AsyncTool. Any
+        thread."""
         return AsyncSteps(tool=self._current_tool())
 
     def __bool__(self) -> bool:
-        """``True`` while this step object may be used; ``False`` once out of service."""
+        """``True`` while this step object may be used; ``False`` once out of service. Any
+        thread (a snapshot)."""
         st = self._status
         return st is not _DONE and st is not _SUBSTEPS and st is not _FAILING
 
     @property
     def tool(self) -> AsyncTool | None:
-        """The AsyncTool this step runs in (for a model root: the one given, if any)."""
+        """The AsyncTool this step runs in (for a model root: the one given, if any). Any
+        thread."""
         flow = self._flow
         if flow is not None:
             return flow.driver
@@ -258,15 +281,18 @@ class AsyncSteps:
     def success(self, *args: Any) -> None:
         """Complete this step with ``args`` for the next step.
 
-        Inside the step's own callback or error handler; or later, for a step waiting for an
-        external event (from any thread).
+        Inside the step's own callback or error handler (loop thread); or later, for a step
+        waiting for an external event, from any thread: from another one, the completion is
+        handed to the loop's thread.
         """
         st = self._status
         if st is _EXEC or st is _HANDLER:
-            if self._ext is not None and self._ext.waiting and self._foreign_thread():
-                # Handed to another thread before the step returned: complete it once it waits.
-                self._flow.driver._from_thread(self._external_success, args)  # type: ignore[union-attr]
-                return
+            if self._foreign_thread():
+                if st is _EXEC and self._ext is not None and self._ext.waiting:
+                    # Handed to another thread before the step returned: done once it waits.
+                    self._flow.driver._from_thread(self._external_success, args)  # type: ignore[union-attr]
+                    return
+                _wrong_thread("success() of a step that does not wait for an external event")
             if self._queue:
                 _internal("success() after sub-steps were added in the same step")
             self._flow.args = args  # type: ignore[union-attr]
@@ -286,7 +312,10 @@ class AsyncSteps:
     __call__ = success
 
     def _foreign_thread(self) -> bool:
-        thread = self._flow.driver._thread  # type: ignore[union-attr]
+        flow = self._flow
+        if flow is None:
+            return False
+        thread = flow.driver._thread
         return thread is not None and get_ident() != thread
 
     def _external_success(self, args: tuple[Any, ...]) -> None:
@@ -305,7 +334,9 @@ class AsyncSteps:
         flow.driver._schedule(flow)
 
     def error(self, code: str, info: Any = None) -> None:
-        """Fail this step with error ``code``; ``info`` goes to ``state.error_info``. Raises."""
+        """Fail this step with error ``code``; ``info`` goes to ``state.error_info``. Raises.
+
+        Threads: as :meth:`success` (from another thread, it raises there too)."""
         if type(code) is not str:
             if not isinstance(code, str):
                 raise TypeError(f"error(): the code must be a str, got {type(code).__name__}")
@@ -317,6 +348,8 @@ class AsyncSteps:
             self._flow.driver._from_thread(self._external_error, exc)  # type: ignore[union-attr]
             raise exc
         if st is _EXEC or st is _HANDLER or st is _CORO:
+            if self._foreign_thread():
+                _wrong_thread("error() of a step that does not wait for an external event")
             state = self.state
             state.error_info = info
             state.last_exception = exc
@@ -349,11 +382,13 @@ class AsyncSteps:
     def set_timeout(self, timeout_ms: float) -> None:
         """Limit this step and all its sub-steps to ``timeout_ms``; then error ``Timeout``.
 
-        Disables the implicit success; calling it again replaces the limit.
+        Disables the implicit success; calling it again replaces the limit. Loop thread.
         """
         st = self._status
         if st is not _EXEC and st is not _CORO:
             self._misuse("set_timeout()")
+        if self._foreign_thread():
+            _wrong_thread("set_timeout()")
         delay = _check_ms("set_timeout()", timeout_ms)
         ext = _own_ext(self)
         old = ext.timer
@@ -363,10 +398,14 @@ class AsyncSteps:
         ext.timer = self._flow.driver._call_later(delay, _on_timeout, self)  # type: ignore[union-attr]
 
     def set_cancel(self, oncancel: CancelHandler) -> None:
-        """Set the handler called once if this step is cancelled or unwound while active."""
+        """Set the handler called once if this step is cancelled or unwound while active.
+
+        Loop thread."""
         st = self._status
         if st is not _EXEC and st is not _CORO:
             self._misuse("set_cancel()")
+        if self._foreign_thread():
+            _wrong_thread("set_cancel()")
         if not callable(oncancel):
             _internal(f"set_cancel(): the handler must be callable, got {type(oncancel).__name__}")
         ext = _own_ext(self)
@@ -374,10 +413,14 @@ class AsyncSteps:
         ext.oncancel = oncancel
 
     def wait_external(self) -> None:
-        """Disable the implicit success: the step waits for an external ``success()``."""
+        """Disable the implicit success: the step waits for an external ``success()``.
+
+        Loop thread (call it before handing the step to another thread)."""
         st = self._status
         if st is not _EXEC and st is not _CORO:
             self._misuse("wait_external()")
+        if self._foreign_thread():
+            _wrong_thread("wait_external()")
         ext = self._ext
         if ext is None:
             self._ext = _WAIT_ONLY  # nothing else to keep: share one
@@ -389,11 +432,13 @@ class AsyncSteps:
         """Allocate an object that lives as long as this step (§1.14).
 
         An ``int`` gives a zeroed ``bytearray`` of that size; a callable gives its result.
-        ``cleanup(obj)``, if given, is called exactly once when the step ends.
+        ``cleanup(obj)``, if given, is called exactly once when the step ends. Loop thread.
         """
         st = self._status
         if st is not _EXEC and st is not _CORO and st is not _HANDLER:
             self._misuse("stack()")
+        if self._foreign_thread():
+            _wrong_thread("stack()")
         if isinstance(size_or_factory, int) and not isinstance(size_or_factory, bool):
             if size_or_factory < 0:
                 raise ValueError(f"stack(): size must be >= 0, got {size_or_factory}")
@@ -414,11 +459,11 @@ class AsyncSteps:
     # -- loops (§2.2.4) -----------------------------------------------------------------------
 
     def loop(self, func: StepFunc, label: str | None = None) -> Self:
-        """Call ``func(asi)`` until ``break_loop()``."""
+        """Call ``func(asi)`` until ``break_loop()``. Threads: as :meth:`add`."""
         return self._add_loop(_LOOP, func, label, None)
 
     def repeat(self, count: int, func: StepFunc, label: str | None = None) -> Self:
-        """Call ``func(asi, i)`` for ``i`` in ``range(count)``."""
+        """Call ``func(asi, i)`` for ``i`` in ``range(count)``. Threads: as :meth:`add`."""
         if isinstance(count, bool) or not isinstance(count, int):
             raise TypeError(f"repeat(): count must be an int, got {type(count).__name__}")
         if count < 0:
@@ -427,7 +472,9 @@ class AsyncSteps:
 
     def for_each(self, collection: Mapping[Any, Any] | Iterable[Any], func: StepFunc,
                  label: str | None = None) -> Self:
-        """Call ``func(asi, key, value)`` for each mapping item, or each index and list item."""
+        """Call ``func(asi, key, value)`` for each mapping item, or each index and list item.
+
+        Threads: as :meth:`add`."""
         if isinstance(collection, (str, bytes)) or not isinstance(collection, (Mapping, Iterable)):
             raise TypeError("for_each(): expected a mapping or a list, got "
                             f"{type(collection).__name__}")
@@ -441,17 +488,21 @@ class AsyncSteps:
         return self.add(_Loop(kind, func, label, data))
 
     def break_loop(self, label: str | None = None) -> None:
-        """Leave the innermost loop, or the one named ``label``. Raises."""
+        """Leave the innermost loop, or the one named ``label``. Raises. Loop thread."""
         self._loop_signal(Errors.LoopBreak, label)
 
     def continue_loop(self, label: str | None = None) -> None:
-        """Go on with the next iteration of the innermost loop, or of ``label``. Raises."""
+        """Go on with the next iteration of the innermost loop, or of ``label``. Raises.
+
+        Loop thread."""
         self._loop_signal(Errors.LoopCont, label)
 
     def _loop_signal(self, code: str, label: str | None) -> None:
         st = self._status
         if st is not _EXEC and st is not _HANDLER and st is not _CORO:
             self._misuse("break_loop()" if code == Errors.LoopBreak else "continue_loop()")
+        if self._foreign_thread():
+            _wrong_thread("break_loop()" if code == Errors.LoopBreak else "continue_loop()")
         flow = self._flow
         assert flow is not None
         # Kept on the root flow: the signal may cross parallel branches on its way out.
@@ -467,7 +518,8 @@ class AsyncSteps:
         """Start this root in the current AsyncTool and return at once.
 
         An unhandled error calls ``unhandled_error(code)`` if given, else it is logged on the
-        ``futoin_anyio`` logger; it never breaks the tool.
+        ``futoin_anyio`` logger; it never breaks the tool. On the AsyncTool's loop thread (else
+        ``RuntimeError``).
         """
         if self._status is not _MODEL or self._parent is not None:
             self._check_startable("execute()")
@@ -518,7 +570,8 @@ class AsyncSteps:
         Returns the last ``success()`` arguments: ``None`` for none, the value for one, a tuple
         for several. An unhandled error raises :class:`FutoInError`; ``cancel()`` raises one with
         code ``Cancelled``. If the awaiting task is cancelled, the cancel handlers of every
-        active step run, innermost first, and the cancellation propagates unchanged.
+        active step run, innermost first, and the cancellation propagates unchanged. The root
+        then runs on the awaiting task's thread.
         """
         self._check_startable("promise()")
         driver = AsyncTool._private()
@@ -572,14 +625,18 @@ class AsyncSteps:
     # -- binary interface hooks (§2.7) --------------------------------------------------------
 
     def binary(self) -> Any:
-        """The ``FutoInAsyncSteps *`` of this step for C code (see :mod:`futoin_anyio.binary`)."""
+        """The ``FutoInAsyncSteps *`` of this step for C code (see :mod:`futoin_anyio.binary`).
+
+        Loop thread (its functions too, but ``success``/``error`` of a waiting step)."""
         from .binary import _bridge
 
         return _bridge.binary_of(self)
 
     @staticmethod
     def wrap(ptr: Any) -> AsyncSteps:
-        """An AsyncSteps interface over a ``FutoInAsyncSteps *`` (ours or a foreign one)."""
+        """An AsyncSteps interface over a ``FutoInAsyncSteps *`` (ours or a foreign one).
+
+        Any thread; the interface follows the threads rules of the object it wraps."""
         from .binary import _bridge
 
         return _bridge.wrap(ptr)  # type: ignore[no-any-return]
@@ -645,6 +702,12 @@ class AsyncSteps:
     loopForEach = for_each
     breakLoop = break_loop
     continueLoop = continue_loop
+
+
+def _wrong_thread(what: str) -> NoReturn:
+    raise RuntimeError(
+        f"{what} must be called on the event loop's thread; from another thread only success() "
+        "and error() of a step waiting for an external event and cancel() of a root are allowed")
 
 
 def _is_cdata(obj: object) -> bool:

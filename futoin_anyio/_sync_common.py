@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from threading import get_ident
 from typing import Any, Final
 
 from anyio import get_current_task
@@ -25,6 +26,16 @@ NEW: Final = 0  # created, neither queued nor inside
 QUEUED: Final = 1  # in the primitive's queue
 HELD: Final = 2  # let in (a Mutex permit is held, or a Throttle entry is counted)
 DONE: Final = 3  # gone: released, left the queue, or skipped as out of service
+
+
+def enter_thread(owner: str, prim: Any, idle: bool) -> None:
+    """An entry on a thread other than the primitive's last one: it moves to this thread if
+    nothing holds or waits on it, else ``RuntimeError`` (a primitive is not thread-safe)."""
+    if not idle:
+        raise RuntimeError(
+            f"{owner} entered from another thread while in use on its event loop's thread: "
+            "use a primitive from the thread of one event loop at a time")
+    prim._thread = get_ident()
 
 
 def check_count(owner: str, name: str, value: object, minimum: int) -> int:

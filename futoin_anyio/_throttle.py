@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from contextlib import suppress
 from dataclasses import dataclass
+from threading import get_ident
 from types import TracebackType
 from typing import Any, final
 
@@ -22,6 +23,7 @@ from ._sync_common import (
     check_period,
     check_queue,
     check_section,
+    enter_thread,
     lazy_binary,
     rejected,
 )
@@ -135,7 +137,8 @@ class Throttle:
 
     Use it through ``asi.sync(throttle, func, onerror)``, or from plain AnyIO code as
     ``async with throttle:``; both share the same periods and queue. Not thread-safe: use it
-    from the thread of one event loop.
+    (all its methods) from the thread of one event loop at a time; entering it from another
+    thread while entries wait raises ``RuntimeError``.
 
     :param max: entries per period (``>= 1``).
     :param period_ms: the period in milliseconds (``> 0``).
@@ -155,6 +158,7 @@ class Throttle:
         "_queue",
         "_reject_info",
         "_rejected",
+        "_thread",
         "_timer",
         "_timer_host",
     )
@@ -173,6 +177,7 @@ class Throttle:
         self._queue: deque[_Waiter] = deque()
         self._timer: Handle | None = None
         self._timer_host: _Waiter | None = None  # the queued flow whose AsyncTool runs the timer
+        self._thread = 0  # the thread of the event loop using it (see enter_thread())
 
     # -- ISync ------------------------------------------------------------------------------------
 
@@ -258,6 +263,8 @@ class Throttle:
         return limit is not None and len(self._queue) >= limit
 
     def _enter_nowait(self, now: float) -> bool:
+        if get_ident() != self._thread:
+            enter_thread("Throttle", self, not self._queue)
         self._refresh(now)
         if self._queue or self._count >= self._max:
             return False

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from threading import get_ident
+from threading import Lock, get_ident
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, cast, final
 
@@ -46,6 +46,9 @@ BURST = 100
 _CoroRunner = Callable[..., Coroutine[Any, Any, None]]
 
 _new_handle = object.__new__
+
+#: Guards the hand-over of ``immediate()`` calls from other threads (rare: one lock for all).
+_foreign = Lock()
 
 _current_tool: ContextVar[AsyncTool | None] = ContextVar("futoin_anyio_tool", default=None)
 
@@ -80,7 +83,7 @@ class Handle:
                 tool._from_thread(tool._uncount)
 
     def is_valid(self) -> bool:
-        """``True`` while the callback is still scheduled."""
+        """``True`` while the callback is still scheduled. Any thread (a snapshot)."""
         return self._tool is not None
 
     def __bool__(self) -> bool:
@@ -114,6 +117,11 @@ class AsyncTool:
     when every root it started, and every callback scheduled on it, is done. If the block is left
     by an exception or a cancellation, the roots still running are cancelled (their cancel
     handlers run) first.
+
+    Threads: :meth:`immediate`, :meth:`cancel`, :meth:`is_valid`, :meth:`is_same_thread` and
+    :meth:`statistics` may be called from any thread; :meth:`deferred` (like ``execute()``) only
+    on the event loop's thread, else ``RuntimeError``. Once the block has exited, scheduling
+    raises ``FutoInError`` (``InternalError``) as ``execute()`` does.
     """
 
     __slots__ = (
@@ -123,6 +131,7 @@ class AsyncTool:
         "_current",
         "_exited",
         "_fatal",
+        "_inflight",
         "_need_tg",
         "_pending",
         "_pending_coros",
@@ -169,6 +178,7 @@ class AsyncTool:
         self._current: _Flow | None = None
         self._closing = False
         self._exited = False  # the block (or promise()) is over: nothing can be scheduled
+        self._inflight = 0  # immediate() calls of other threads not yet adopted (under _foreign)
         self._fatal: BaseException | None = None
         self._ctx_token: Any = None
 
@@ -191,11 +201,23 @@ class AsyncTool:
             if self._sleep_scope is not None:
                 self._wake()
         else:
-            self._from_thread(self._adopt_immediate, handle)
+            with _foreign:  # the block does not exit while a call is on its way
+                if self._exited:
+                    _internal("immediate(): the AsyncTool has already exited")
+                self._inflight += 1
+            try:
+                self._from_thread(self._adopt_immediate, handle)
+            except BaseException:
+                with _foreign:
+                    self._inflight -= 1
+                raise
         return handle
 
     def deferred(self, delay_ms: float, func: Callable[[], object]) -> Handle:
-        """Schedule ``func()`` after ``delay_ms`` milliseconds of the event loop's clock."""
+        """Schedule ``func()`` after ``delay_ms`` milliseconds of the event loop's clock.
+
+        On the event loop's thread only (else ``RuntimeError``): from another thread, use
+        ``immediate()`` to reach it."""
         if not callable(func):
             raise TypeError(f"deferred() needs a callable, got {type(func).__name__}")
         delay = _check_ms("deferred() delay", delay_ms)
@@ -205,19 +227,20 @@ class AsyncTool:
         return self._call_later(delay, func)
 
     def cancel(self, handle: Handle) -> None:
-        """Cancel a scheduled callback; a no-op if it already ran."""
+        """Cancel a scheduled callback; a no-op if it already ran. Any thread."""
         handle.cancel()
 
     def is_valid(self, handle: Handle) -> bool:
-        """``True`` while ``handle`` is still scheduled."""
+        """``True`` while ``handle`` is still scheduled. Any thread (a snapshot)."""
         return handle._tool is not None
 
     def is_same_thread(self) -> bool:
-        """``True`` when called on the thread of the event loop this tool is bound to."""
+        """``True`` when called on the thread of the event loop this tool is bound to. Any
+        thread."""
         return self._thread is not None and get_ident() == self._thread
 
     def statistics(self) -> AsyncToolStatistics:
-        """Return the tool's current load."""
+        """Return the tool's current load. Any thread (a snapshot, exact on the loop's)."""
         return AsyncToolStatistics(
             roots=len(self._roots),
             ready=len(self._ready),
@@ -294,6 +317,8 @@ class AsyncTool:
             ) from err
 
     def _adopt_immediate(self, handle: Handle) -> None:
+        with _foreign:
+            self._inflight -= 1
         if self._exited:
             handle._tool = None  # handed over as the tool exited: it will never run
             return
@@ -311,6 +336,8 @@ class AsyncTool:
 
     def _soon(self, func: Callable[..., object], *args: Any) -> None:
         """Run ``func(*args)`` in the driver soon (engine-internal; loop thread only)."""
+        if self._exited:
+            return  # e.g. a coroutine task that ends after its driver dropped everything
         handle = Handle._create(self, func, args)
         self._pending += 1
         self._ready.append(handle)
@@ -452,7 +479,10 @@ class AsyncTool:
         self._tg_ready()
         task_status.started()
         try:
-            await self._loop(self._served)
+            while True:
+                await self._loop(self._served)
+                if self._fatal is not None or self._exit_now():
+                    break
         except get_cancelled_exc_class():
             # The block is left by an exception or a cancellation. As under promise(): the
             # coroutine steps (innermost) end first, then every root's cancel handlers run.
@@ -487,7 +517,16 @@ class AsyncTool:
         self._start_pending_coros()
 
     def _served(self) -> bool:
-        return self._closing and not self._roots and not self._pending and not self._ready
+        return (self._closing and not self._roots and not self._pending and not self._ready
+                and not self._inflight)
+
+    def _exit_now(self) -> bool:
+        """Served: no ``immediate()`` from another thread may slip in after this."""
+        with _foreign:
+            if self._inflight:
+                return False
+            self._exited = True
+            return True
 
     def _cancel_all(self) -> None:
         """Cancel every root this tool runs (their cancel handlers run), drop its callbacks."""
@@ -505,8 +544,8 @@ class AsyncTool:
             entry[2]._tool = None
         self._timers.clear()
         self._pending = 0
-        if not self._public:
-            self._exited = True  # promise() is over (a public tool: when its block exits)
+        with _foreign:
+            self._exited = True  # this driver runs nothing more (its block or promise() ends)
 
     def _report_fatal(self, exc: BaseException) -> None:
         """A BaseException (KeyboardInterrupt…) escaped a coroutine step: the driver stops and
