@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError, State
+from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError, Limiter, Mutex, State, Throttle
 
 pytestmark = pytest.mark.anyio
 
@@ -404,3 +404,112 @@ async def test_await_of_a_step_that_never_runs_is_closed(order: str) -> None:
         gc.collect()
     assert err.value.code == "Boom"
     assert [str(w.message) for w in caught] == []
+
+
+# -- found by the chaos driver: a worker's immediate() on its way as the block exits ------------
+
+
+async def test_immediate_on_its_way_from_a_worker_runs_before_the_block_exits() -> None:
+    ran: list[int] = []
+    async with AsyncTool() as tool:
+        # The loop thread blocks while the worker schedules: every hand-over is still on its
+        # way when the block ends, and the block waits for them.
+        thread = threading.Thread(target=lambda: [tool.immediate(partial(ran.append, i))
+                                                  for i in range(50)])
+        thread.start()
+        thread.join()
+    assert ran == list(range(50))
+    assert tool.statistics() == type(tool.statistics())(roots=0, ready=0, scheduled=0, tasks=0)
+
+
+# -- item 3: from which threads each public method may be called -------------------------------
+
+#: Step methods for the loop thread only; each is tried from a worker while the step executes.
+LOOP_ONLY: dict[str, Callable[[AsyncSteps], object]] = {
+    "add()": lambda asi: asi.add(lambda asi: None),
+    "parallel()": lambda asi: asi.parallel(),
+    "success_step()": lambda asi: asi.success_step(1),
+    "repeat()": lambda asi: asi.repeat(1, lambda asi, i: None),
+    "copy_from()": lambda asi: asi.copy_from(AsyncSteps()),
+    "set_timeout()": lambda asi: asi.set_timeout(10),
+    "set_cancel()": lambda asi: asi.set_cancel(lambda asi: None),
+    "wait_external()": lambda asi: asi.wait_external(),
+    "stack()": lambda asi: asi.stack(4),
+    "break_loop()": lambda asi: asi.break_loop(),
+    "success()": lambda asi: asi.success(),
+    "error()": lambda asi: asi.error("E"),
+}
+
+
+@pytest.mark.parametrize("what", list(LOOP_ONLY))
+async def test_step_method_from_another_thread_raises_at_the_call(what: str) -> None:
+    raised: list[BaseException] = []
+
+    def step(asi: AsyncSteps) -> None:
+        def worker() -> None:
+            try:
+                LOOP_ONLY[what](asi)
+            except BaseException as exc:
+                raised.append(exc)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()  # the step is still executing on the loop thread
+
+    asi = AsyncSteps()
+    asi.add(step)
+    asi.add(lambda asi: asi.success("went on"))
+    assert await asi.promise() == "went on"  # the misuse did not touch the flow
+    assert len(raised) == 1 and type(raised[0]) is RuntimeError
+    assert "must be called on the event loop's thread" in str(raised[0])
+
+
+async def test_model_root_may_be_built_on_any_thread() -> None:
+    def build() -> AsyncSteps:
+        root = AsyncSteps()
+        root.add(lambda asi: asi.success(1))
+        root.add(lambda asi, value: asi.success(value + 1))
+        return root.clone()
+
+    root = await anyio.to_thread.run_sync(build)
+    assert await root.promise() == 2
+
+
+@pytest.mark.parametrize("kind", ["Mutex", "Throttle", "Limiter"])
+async def test_primitive_refuses_a_second_thread_while_in_use(kind: str) -> None:
+    prim: Any
+    if kind == "Mutex":
+        prim = Mutex()
+    elif kind == "Throttle":
+        prim = Throttle(1, 60_000)
+    else:
+        prim = Limiter(max_queue=None, period_ms=60_000)
+    async with prim:
+        async def contend() -> None:
+            async with prim:
+                pass  # pragma: no cover - never let in
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(contend)  # a waiter: the primitive is in use
+            await anyio.sleep(0.01)
+
+            def other_loop() -> None:
+                anyio.run(contend_elsewhere)
+
+            async def contend_elsewhere() -> None:
+                async with prim:
+                    pass  # pragma: no cover - refused
+
+            with pytest.raises(RuntimeError, match="from another thread while in use"):
+                await anyio.to_thread.run_sync(other_loop)
+            tg.cancel_scope.cancel()
+    # Idle again: another event loop on another thread may take it over.
+    if kind == "Mutex":
+        def reuse() -> None:
+            async def enter() -> None:
+                async with prim:
+                    pass
+            anyio.run(enter)
+
+        await anyio.to_thread.run_sync(reuse)
+        assert prim.statistics().held == 0
