@@ -80,7 +80,7 @@ class Handle:
             if thread is None or get_ident() == thread:
                 tool._pending -= 1
             elif not tool._exited:  # the count is the loop thread's alone
-                tool._from_thread(tool._uncount)
+                tool._from_thread(tool._uncount, raw=True)
 
     def is_valid(self) -> bool:
         """``True`` while the callback is still scheduled. Any thread (a snapshot)."""
@@ -206,7 +206,7 @@ class AsyncTool:
                     _internal("immediate(): the AsyncTool has already exited")
                 self._inflight += 1
             try:
-                self._from_thread(self._adopt_immediate, handle)
+                self._from_thread(self._adopt_immediate, handle, raw=True)
             except BaseException:
                 with _foreign:
                     self._inflight -= 1
@@ -306,11 +306,18 @@ class AsyncTool:
         if self._thread is None:
             raise FutoInError(Errors.InternalError, f"{what}: the AsyncTool is not running")
 
-    def _from_thread(self, func: Callable[..., object], *args: Any) -> None:
+    def _from_thread(self, func: Callable[..., object], *args: Any, raw: bool = False) -> None:
+        """Run ``func(*args)`` in the driver, called from another thread. It runs as a callback
+        of the driver's own task: the user code it leads to (handlers...) runs inside a task,
+        where AnyIO works (an asyncio loop callback has no current task). ``raw``: in the loop
+        callback itself (the hand-over's own bookkeeping, no user code)."""
         threadsafe = self._threadsafe
         assert threadsafe is not None
         try:
-            threadsafe(lambda: func(*args))
+            if raw:
+                threadsafe(lambda: func(*args))
+            else:
+                threadsafe(lambda: self._soon(func, *args))
         except RuntimeError as err:  # the loop is closed or closing
             raise FutoInError(
                 Errors.InternalError, f"the event loop is no longer running: {err}"

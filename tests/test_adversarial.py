@@ -513,3 +513,33 @@ async def test_primitive_refuses_a_second_thread_while_in_use(kind: str) -> None
 
         await anyio.to_thread.run_sync(reuse)
         assert prim.statistics().held == 0
+
+
+# -- found by the chaos driver: handlers after a hand-over from a worker run inside a task -----
+
+
+@pytest.mark.parametrize("what", ["cancel", "error"])
+async def test_handlers_reached_from_a_worker_can_use_anyio(what: str) -> None:
+    """On asyncio a loop callback has no current task, and AnyIO calls fail there: the hand-over
+    runs in the driver's task (a Throttle's cancel handler reads the clock, for one)."""
+    times: list[float] = []
+    async with AsyncTool():
+        root = AsyncSteps()
+        steps: list[AsyncSteps] = []
+
+        def step(asi: AsyncSteps) -> None:
+            asi.set_cancel(lambda asi: times.append(anyio.current_time()))
+            steps.append(asi)
+
+        root.add(step, lambda asi, code: times.append(anyio.current_time()))
+        root.execute()
+        await anyio.sleep(0.01)
+        if what == "cancel":
+            await anyio.to_thread.run_sync(root.cancel)
+        else:
+            def fail() -> None:
+                with pytest.raises(FutoInError):
+                    steps[0].error("E")
+
+            await anyio.to_thread.run_sync(fail)
+    assert len(times) == (1 if what == "cancel" else 2)
