@@ -287,7 +287,7 @@ class AsyncSteps:
         """
         st = self._status
         if st is _EXEC or st is _HANDLER:
-            if self._foreign_thread():
+            if get_ident() != self._flow.driver._thread:  # type: ignore[union-attr]
                 if st is _EXEC and self._ext is not None and self._ext.waiting:
                     # Handed to another thread before the step returned: done once it waits.
                     self._flow.driver._from_thread(self._external_success, args)  # type: ignore[union-attr]

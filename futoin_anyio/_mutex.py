@@ -75,7 +75,7 @@ class _Entry:
         mutex = entry.mutex
         key = entry.key = flow_key(asi)
         on_exit(asi, _Entry.leave, entry)
-        if mutex._acquire_nowait(key):
+        if mutex._acquire_nowait(key, asi._flow.driver._thread):  # type: ignore[union-attr]
             entry.state = HELD
             # Sub-steps start with no arguments: hand the incoming ones on to ``func``.
             if args:
@@ -180,7 +180,7 @@ class Mutex:
     async def __aenter__(self) -> None:
         key = task_key()
         await checkpoint_if_cancelled()
-        if self._acquire_nowait(key):
+        if self._acquire_nowait(key, get_ident()):
             await cancel_shielded_checkpoint()
             return
         if self._full():
@@ -224,9 +224,9 @@ class Mutex:
         limit = self._max_queue
         return limit is not None and len(self._queue) >= limit
 
-    def _acquire_nowait(self, key: object) -> bool:
-        if get_ident() != self._thread:
-            enter_thread("Mutex", self, not self._held and not self._queue)
+    def _acquire_nowait(self, key: object, thread: int | None) -> bool:
+        if thread != self._thread:
+            enter_thread("Mutex", self, thread, not self._held and not self._queue)
         owners = self._owners
         count = owners.get(key)
         if count is not None:  # re-entrance by the same flow or task

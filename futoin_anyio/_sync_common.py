@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from threading import get_ident
 from typing import Any, Final
 
 from anyio import get_current_task
@@ -28,14 +27,14 @@ HELD: Final = 2  # let in (a Mutex permit is held, or a Throttle entry is counte
 DONE: Final = 3  # gone: released, left the queue, or skipped as out of service
 
 
-def enter_thread(owner: str, prim: Any, idle: bool) -> None:
+def enter_thread(owner: str, prim: Any, thread: int | None, idle: bool) -> None:
     """An entry on a thread other than the primitive's last one: it moves to this thread if
     nothing holds or waits on it, else ``RuntimeError`` (a primitive is not thread-safe)."""
     if not idle:
         raise RuntimeError(
             f"{owner} entered from another thread while in use on its event loop's thread: "
             "use a primitive from the thread of one event loop at a time")
-    prim._thread = get_ident()
+    prim._thread = thread
 
 
 def check_count(owner: str, name: str, value: object, minimum: int) -> int:

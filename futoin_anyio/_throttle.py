@@ -72,7 +72,7 @@ class _Waiter:
     def wait(self, asi: AsyncSteps, *args: Any) -> None:
         """The step that waits for the next period when the current one was full."""
         throttle = self.throttle
-        if throttle._enter_nowait(current_time()):
+        if throttle._enter_nowait(current_time(), asi._flow.driver._thread):  # type: ignore[union-attr]
             self.state = HELD
             asi.success(*args)
             return
@@ -112,7 +112,7 @@ class _Section:
         # Sub-steps start with no arguments: hand the incoming ones on (see Mutex).
         if args:
             asi.success_step(*args)
-        if not self.throttle._enter_nowait(current_time()):
+        if not self.throttle._enter_nowait(current_time(), asi._flow.driver._thread):  # type: ignore[union-attr]
             asi.add(_Waiter(self.throttle).wait)
         asi.add(self.func, self.onerror)
 
@@ -195,7 +195,7 @@ class Throttle:
 
     async def __aenter__(self) -> None:
         await checkpoint_if_cancelled()
-        if self._enter_nowait(current_time()):
+        if self._enter_nowait(current_time(), get_ident()):
             await cancel_shielded_checkpoint()
             return
         if self._full():
@@ -262,9 +262,9 @@ class Throttle:
         limit = self._max_queue
         return limit is not None and len(self._queue) >= limit
 
-    def _enter_nowait(self, now: float) -> bool:
-        if get_ident() != self._thread:
-            enter_thread("Throttle", self, not self._queue)
+    def _enter_nowait(self, now: float, thread: int | None) -> bool:
+        if thread != self._thread:
+            enter_thread("Throttle", self, thread, not self._queue)
         self._refresh(now)
         if self._queue or self._count >= self._max:
             return False
