@@ -6,9 +6,10 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from functools import partial
+from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
-from ._engine import _Flow, _new_frame
+from ._engine import _Flow, _new_frame, _wrong_thread
 from ._frame import _CORO, _DONE, _FAILING, _NO_ARGS, _SUBSTEPS, _end_ext, _Ext, _internal, _new
 
 if TYPE_CHECKING:
@@ -40,7 +41,12 @@ class ParallelSteps:
         return self
 
     def add(self, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
-        """Add a branch: a step that runs as its own flow; returns ``self`` for chaining."""
+        """Add a branch: a step that runs as its own flow; returns ``self`` for chaining.
+
+        Threads: as :meth:`AsyncSteps.add` (the loop's thread, once the root runs)."""
+        flow = self._owner._flow
+        if flow is not None and get_ident() != flow.driver._thread:
+            _wrong_thread("parallel add()")
         if not callable(func):
             _internal(f"parallel add(): the step must be callable, got {type(func).__name__}")
         if onerror is not None and not callable(onerror):
@@ -49,12 +55,12 @@ class ParallelSteps:
         return self
 
     def sync(self, obj: ISync, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
-        """Add a branch synchronised against ``obj``."""
+        """Add a branch synchronised against ``obj``. Threads: as :meth:`add`."""
         return self.add(_SyncStep(obj, func, onerror))
 
     @property
     def state(self) -> State:
-        """The shared state of the root."""
+        """The shared state of the root (see :attr:`AsyncSteps.state` for threads)."""
         return self._owner.state
 
     def _run(self, asi: AsyncSteps, *args: Any) -> None:

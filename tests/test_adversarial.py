@@ -543,3 +543,26 @@ async def test_handlers_reached_from_a_worker_can_use_anyio(what: str) -> None:
 
             await anyio.to_thread.run_sync(fail)
     assert len(times) == (1 if what == "cancel" else 2)
+
+
+async def test_parallel_add_from_another_thread_raises() -> None:
+    raised: list[BaseException] = []
+
+    def step(asi: AsyncSteps) -> None:
+        par = asi.parallel()
+        par.add(lambda asi: None)
+
+        def worker() -> None:
+            try:
+                par.add(lambda asi: None)
+            except BaseException as exc:
+                raised.append(exc)
+
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+
+    asi = AsyncSteps()
+    asi.add(step)
+    await asi.promise()
+    assert len(raised) == 1 and "parallel add() must be called" in str(raised[0])
