@@ -28,7 +28,7 @@ import sys
 from asyncio import sleep as _asyncio_sleep
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from functools import partial
-from inspect import isawaitable, iscoroutine
+from inspect import CORO_CREATED, getcoroutinestate, isawaitable, iscoroutine
 from sys import getrefcount
 from threading import get_ident
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -82,6 +82,12 @@ class AsyncSteps:
     ``await asi.promise()`` in the current task, or ``asi.execute()`` in the current
     :class:`AsyncTool`. Each callback receives its own step object; it is usable while that step
     executes (or waits), and ``bool(asi)`` turns ``False`` when it goes out of service.
+
+    Threads: a root that has not started may be built on any thread (one at a time). A step
+    object in service is used on its event loop's thread: a call from another thread raises
+    ``RuntimeError``, except :meth:`success` and :meth:`error` of a step waiting for an external
+    event and :meth:`cancel` of a root, which any thread may call (the work is handed to the
+    loop's thread).
     """
 
     # ``_binary`` caches the C binding of the binary bridge (a step with one is never reused).
@@ -145,7 +151,10 @@ class AsyncSteps:
 
     @property
     def state(self) -> State:
-        """The :class:`State` shared by the root, all its steps and parallel branches."""
+        """The :class:`State` shared by the root, all its steps and parallel branches.
+
+        A plain ``dict``: while the root runs, use it on the loop's thread (or lock it yourself).
+        """
         state = self._state
         if state is None:
             state = self._state = fresh_state()
@@ -154,10 +163,14 @@ class AsyncSteps:
     # -- common API (§2.2.1) --------------------------------------------------------------------
 
     def add(self, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
-        """Add a step (a sub-step, when called inside a step); returns ``self`` for chaining."""
+        """Add a step (a sub-step, when called inside a step); returns ``self`` for chaining.
+
+        Loop thread (any thread while building a root that has not started)."""
         st = self._status
         if st is not _EXEC and st is not _MODEL and st is not _HANDLER and st is not _CORO:
             self._misuse("add()")
+        if st is not _MODEL and get_ident() != self._flow.driver._thread:  # type: ignore[union-attr]
+            _wrong_thread("add()")
         if not callable(func):
             _internal(f"add(): the step must be callable, got {type(func).__name__}")
         if onerror is not None and not callable(onerror):
@@ -173,7 +186,7 @@ class AsyncSteps:
 
         Each branch is a separate flow sharing this root's state. The next step runs when every
         branch has completed; the first branch error cancels the other branches and reaches
-        ``onerror``. The parallel step succeeds with no arguments.
+        ``onerror``. The parallel step succeeds with no arguments. Threads: as :meth:`add`.
         """
         from ._parallel import ParallelSteps
 
@@ -182,7 +195,9 @@ class AsyncSteps:
         return par
 
     def sync(self, obj: ISync, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
-        """Add a step synchronised against ``obj`` (a Mutex, Throttle, Limiter or any ISync)."""
+        """Add a step synchronised against ``obj`` (a Mutex, Throttle, Limiter or any ISync).
+
+        Threads: as :meth:`add`."""
         sync = getattr(obj, "sync", None)
         if sync is None and _is_cdata(obj):  # a foreign FutoInSync * has no sync attribute
             from .binary import _bridge
@@ -198,21 +213,24 @@ class AsyncSteps:
         return self
 
     def success_step(self, *args: Any) -> Self:
-        """Add a step that succeeds with ``args`` (result injection, §1.12)."""
+        """Add a step that succeeds with ``args`` (result injection, §1.12). Threads: as
+        :meth:`add`."""
         return self.add(_SuccessStep(args))
 
     def await_(self, aw: Awaitable[Any], onerror: ErrorHandler | None = None) -> Self:
         """Add a step that awaits ``aw`` (a coroutine, future or other awaitable, §1.13).
 
         Its result becomes the step's single success argument (none for ``None``); an exception
-        is the step's error; cancelling the step cancels the await.
+        is the step's error; cancelling the step cancels the await. Threads: as :meth:`add`.
         """
         if not isawaitable(aw):
             _internal(f"await_(): expected an awaitable, got {type(aw).__name__}")
         return self.add(_AwaitStep(aw), onerror)
 
     def copy_from(self, other: AsyncSteps) -> Self:
-        """Copy the steps of a model root ``other`` and its state variables not present here."""
+        """Copy the steps of a model root ``other`` and its state variables not present here.
+
+        Threads: as :meth:`add`."""
         if not isinstance(other, AsyncSteps):
             raise TypeError(f"copy_from() needs an AsyncSteps, got {type(other).__name__}")
         if other._status is not _MODEL:
@@ -220,6 +238,8 @@ class AsyncSteps:
         st = self._status
         if st is not _EXEC and st is not _MODEL and st is not _HANDLER and st is not _CORO:
             self._misuse("copy_from()")
+        if st is not _MODEL and get_ident() != self._flow.driver._thread:  # type: ignore[union-attr]
+            _wrong_thread("copy_from()")
         if other._queue:
             q = self._queue
             if q is None:
@@ -232,7 +252,7 @@ class AsyncSteps:
         return self
 
     def clone(self) -> AsyncSteps:
-        """A copy of this model root: its steps and a shallow copy of its state."""
+        """A copy of this model root: its steps and a shallow copy of its state. Any thread."""
         if self._status is not _MODEL:
             _internal("clone(): only a root that has not been executed can be cloned")
         copy = AsyncSteps(State(self.state), self._tool)
@@ -243,17 +263,20 @@ class AsyncSteps:
     __copy__ = clone
 
     def new_instance(self) -> AsyncSteps:
-        """A new, empty root for standalone execution, sharing this one's AsyncTool."""
+        """A new, empty root for standalone execution, sharing this one's AsyncTool. Any
+        thread."""
         return AsyncSteps(tool=self._current_tool())
 
     def __bool__(self) -> bool:
-        """``True`` while this step object may be used; ``False`` once out of service."""
+        """``True`` while this step object may be used; ``False`` once out of service. Any
+        thread (a snapshot)."""
         st = self._status
         return st is not _DONE and st is not _SUBSTEPS and st is not _FAILING
 
     @property
     def tool(self) -> AsyncTool | None:
-        """The AsyncTool this step runs in (for a model root: the one given, if any)."""
+        """The AsyncTool this step runs in (for a model root: the one given, if any). Any
+        thread."""
         flow = self._flow
         if flow is not None:
             return flow.driver
@@ -264,15 +287,18 @@ class AsyncSteps:
     def success(self, *args: Any) -> None:
         """Complete this step with ``args`` for the next step.
 
-        Inside the step's own callback or error handler; or later, for a step waiting for an
-        external event (from any thread).
+        Inside the step's own callback or error handler (loop thread); or later, for a step
+        waiting for an external event, from any thread: from another one, the completion is
+        handed to the loop's thread.
         """
         st = self._status
         if st is _EXEC or st is _HANDLER:
-            if self._ext is not None and self._ext.waiting and self._foreign_thread():
-                # Handed to another thread before the step returned: complete it once it waits.
-                self._flow.driver._from_thread(self._external_success, args)  # type: ignore[union-attr]
-                return
+            if get_ident() != self._flow.driver._thread:  # type: ignore[union-attr]
+                if st is _EXEC and self._ext is not None and self._ext.waiting:
+                    # Handed to another thread before the step returned: done once it waits.
+                    self._flow.driver._from_thread(self._external_success, args)  # type: ignore[union-attr]
+                    return
+                _wrong_thread("success() of a step that does not wait for an external event")
             if self._queue:
                 _internal("success() after sub-steps were added in the same step")
             self._flow.args = args  # type: ignore[union-attr]
@@ -292,7 +318,10 @@ class AsyncSteps:
     __call__ = success
 
     def _foreign_thread(self) -> bool:
-        thread = self._flow.driver._thread  # type: ignore[union-attr]
+        flow = self._flow
+        if flow is None:
+            return False
+        thread = flow.driver._thread
         return thread is not None and get_ident() != thread
 
     def _external_success(self, args: tuple[Any, ...]) -> None:
@@ -311,7 +340,9 @@ class AsyncSteps:
         flow.driver._schedule(flow)
 
     def error(self, code: str, info: Any = None) -> None:
-        """Fail this step with error ``code``; ``info`` goes to ``state.error_info``. Raises."""
+        """Fail this step with error ``code``; ``info`` goes to ``state.error_info``. Raises.
+
+        Threads: as :meth:`success` (from another thread, it raises there too)."""
         if type(code) is not str:
             if not isinstance(code, str):
                 raise TypeError(f"error(): the code must be a str, got {type(code).__name__}")
@@ -323,6 +354,8 @@ class AsyncSteps:
             self._flow.driver._from_thread(self._external_error, exc)  # type: ignore[union-attr]
             raise exc
         if st is _EXEC or st is _HANDLER or st is _CORO:
+            if self._foreign_thread():
+                _wrong_thread("error() of a step that does not wait for an external event")
             state = self.state
             state.error_info = info
             state.last_exception = exc
@@ -355,11 +388,13 @@ class AsyncSteps:
     def set_timeout(self, timeout_ms: float) -> None:
         """Limit this step and all its sub-steps to ``timeout_ms``; then error ``Timeout``.
 
-        Disables the implicit success; calling it again replaces the limit.
+        Disables the implicit success; calling it again replaces the limit. Loop thread.
         """
         st = self._status
         if st is not _EXEC and st is not _CORO:
             self._misuse("set_timeout()")
+        if self._foreign_thread():
+            _wrong_thread("set_timeout()")
         delay = _check_ms("set_timeout()", timeout_ms)
         ext = _own_ext(self)
         old = ext.timer
@@ -379,10 +414,14 @@ class AsyncSteps:
                 scope.deadline = deadline
 
     def set_cancel(self, oncancel: CancelHandler) -> None:
-        """Set the handler called once if this step is cancelled or unwound while active."""
+        """Set the handler called once if this step is cancelled or unwound while active.
+
+        Loop thread."""
         st = self._status
         if st is not _EXEC and st is not _CORO:
             self._misuse("set_cancel()")
+        if self._foreign_thread():
+            _wrong_thread("set_cancel()")
         if not callable(oncancel):
             _internal(f"set_cancel(): the handler must be callable, got {type(oncancel).__name__}")
         ext = _own_ext(self)
@@ -390,10 +429,14 @@ class AsyncSteps:
         ext.oncancel = oncancel
 
     def wait_external(self) -> None:
-        """Disable the implicit success: the step waits for an external ``success()``."""
+        """Disable the implicit success: the step waits for an external ``success()``.
+
+        Loop thread (call it before handing the step to another thread)."""
         st = self._status
         if st is not _EXEC and st is not _CORO:
             self._misuse("wait_external()")
+        if self._foreign_thread():
+            _wrong_thread("wait_external()")
         ext = self._ext
         if ext is None:
             self._ext = _WAIT_ONLY  # nothing else to keep: share one
@@ -405,11 +448,13 @@ class AsyncSteps:
         """Allocate an object that lives as long as this step (§1.14).
 
         An ``int`` gives a zeroed ``bytearray`` of that size; a callable gives its result.
-        ``cleanup(obj)``, if given, is called exactly once when the step ends.
+        ``cleanup(obj)``, if given, is called exactly once when the step ends. Loop thread.
         """
         st = self._status
         if st is not _EXEC and st is not _CORO and st is not _HANDLER:
             self._misuse("stack()")
+        if self._foreign_thread():
+            _wrong_thread("stack()")
         if isinstance(size_or_factory, int) and not isinstance(size_or_factory, bool):
             if size_or_factory < 0:
                 raise ValueError(f"stack(): size must be >= 0, got {size_or_factory}")
@@ -430,11 +475,11 @@ class AsyncSteps:
     # -- loops (§2.2.4) -----------------------------------------------------------------------
 
     def loop(self, func: StepFunc, label: str | None = None) -> Self:
-        """Call ``func(asi)`` until ``break_loop()``."""
+        """Call ``func(asi)`` until ``break_loop()``. Threads: as :meth:`add`."""
         return self._add_loop(_LOOP, func, label, None)
 
     def repeat(self, count: int, func: StepFunc, label: str | None = None) -> Self:
-        """Call ``func(asi, i)`` for ``i`` in ``range(count)``."""
+        """Call ``func(asi, i)`` for ``i`` in ``range(count)``. Threads: as :meth:`add`."""
         if isinstance(count, bool) or not isinstance(count, int):
             raise TypeError(f"repeat(): count must be an int, got {type(count).__name__}")
         if count < 0:
@@ -443,7 +488,9 @@ class AsyncSteps:
 
     def for_each(self, collection: Mapping[Any, Any] | Iterable[Any], func: StepFunc,
                  label: str | None = None) -> Self:
-        """Call ``func(asi, key, value)`` for each mapping item, or each index and list item."""
+        """Call ``func(asi, key, value)`` for each mapping item, or each index and list item.
+
+        Threads: as :meth:`add`."""
         if isinstance(collection, (str, bytes)) or not isinstance(collection, (Mapping, Iterable)):
             raise TypeError("for_each(): expected a mapping or a list, got "
                             f"{type(collection).__name__}")
@@ -457,17 +504,21 @@ class AsyncSteps:
         return self.add(_Loop(kind, func, label, data))
 
     def break_loop(self, label: str | None = None) -> None:
-        """Leave the innermost loop, or the one named ``label``. Raises."""
+        """Leave the innermost loop, or the one named ``label``. Raises. Loop thread."""
         self._loop_signal(Errors.LoopBreak, label)
 
     def continue_loop(self, label: str | None = None) -> None:
-        """Go on with the next iteration of the innermost loop, or of ``label``. Raises."""
+        """Go on with the next iteration of the innermost loop, or of ``label``. Raises.
+
+        Loop thread."""
         self._loop_signal(Errors.LoopCont, label)
 
     def _loop_signal(self, code: str, label: str | None) -> None:
         st = self._status
         if st is not _EXEC and st is not _HANDLER and st is not _CORO:
             self._misuse("break_loop()" if code == Errors.LoopBreak else "continue_loop()")
+        if self._foreign_thread():
+            _wrong_thread("break_loop()" if code == Errors.LoopBreak else "continue_loop()")
         flow = self._flow
         assert flow is not None
         # Kept on the root flow: the signal may cross parallel branches on its way out.
@@ -483,7 +534,8 @@ class AsyncSteps:
         """Start this root in the current AsyncTool and return at once.
 
         An unhandled error calls ``unhandled_error(code)`` if given, else it is logged on the
-        ``futoin_anyio`` logger; it never breaks the tool.
+        ``futoin_anyio`` logger; it never breaks the tool. On the AsyncTool's loop thread (else
+        ``RuntimeError``).
         """
         if self._status is not _MODEL or self._parent is not None:
             self._check_startable("execute()")
@@ -531,7 +583,8 @@ class AsyncSteps:
         Returns the last ``success()`` arguments: ``None`` for none, the value for one, a tuple
         for several. An unhandled error raises :class:`FutoInError`; ``cancel()`` raises one with
         code ``Cancelled``. If the awaiting task is cancelled, the cancel handlers of every
-        active step run, innermost first, and the cancellation propagates unchanged.
+        active step run, innermost first, and the cancellation propagates unchanged. The root
+        then runs on the awaiting task's thread.
         """
         self._check_startable("promise()")
         driver = AsyncTool._private()
@@ -559,7 +612,9 @@ class AsyncSteps:
             flow.abort()
             driver._cancel_all()
             raise
-        if not driver._idle_after_promise():
+        if driver._idle_after_promise():
+            driver._exited = True  # nothing more can be scheduled on it
+        else:
             driver._cancel_all()  # roots executed into this private driver end with it
         self._flow = None  # no root <-> flow cycle left behind
         return flow.outcome()
@@ -567,11 +622,18 @@ class AsyncSteps:
     def cancel(self) -> None:
         """Cancel this root: cancel handlers run, innermost first; no error handler runs.
 
-        Called from one of the root's own steps, it takes effect when that step returns.
+        Called from one of the root's own steps, it takes effect when that step returns. Any
+        thread: from another one, the cancellation is handed to the loop's thread and happens
+        there soon after (the call returns at once).
         """
         if self._parent is not None:
             _internal("cancel() can only be called on a root AsyncSteps, not on a step")
         flow = self._flow
+        tool = flow.driver if flow is not None else self._tool
+        if tool is not None and tool._thread is not None and get_ident() != tool._thread:
+            if not tool._exited:
+                tool._from_thread(self.cancel)
+            return
         if flow is None:
             if self._status is _ROOT and self._tool is not None:  # executed, not started yet
                 self._tool._roots.discard(self)
@@ -591,14 +653,18 @@ class AsyncSteps:
     # -- binary interface hooks (§2.7) --------------------------------------------------------
 
     def binary(self) -> Any:
-        """The ``FutoInAsyncSteps *`` of this step for C code (see :mod:`futoin_anyio.binary`)."""
+        """The ``FutoInAsyncSteps *`` of this step for C code (see :mod:`futoin_anyio.binary`).
+
+        Loop thread (its functions too, but ``success``/``error`` of a waiting step)."""
         from .binary import _bridge
 
         return _bridge.binary_of(self)
 
     @staticmethod
     def wrap(ptr: Any) -> AsyncSteps:
-        """An AsyncSteps interface over a ``FutoInAsyncSteps *`` (ours or a foreign one)."""
+        """An AsyncSteps interface over a ``FutoInAsyncSteps *`` (ours or a foreign one).
+
+        Any thread; the interface follows the threads rules of the object it wraps."""
         from .binary import _bridge
 
         return _bridge.wrap(ptr)  # type: ignore[no-any-return]
@@ -664,6 +730,12 @@ class AsyncSteps:
     loopForEach = for_each
     breakLoop = break_loop
     continueLoop = continue_loop
+
+
+def _wrong_thread(what: str) -> NoReturn:
+    raise RuntimeError(
+        f"{what} must be called on the event loop's thread; from another thread only success() "
+        "and error() of a step waiting for an external event and cancel() of a root are allowed")
 
 
 def _is_cdata(obj: object) -> bool:
@@ -779,7 +851,15 @@ class _Flow:
                 if ext is not None:
                     loop = ext.loop
                     if loop is not None:
-                        args = next(loop.it, None)
+                        try:
+                            args = next(loop.it, None)
+                        except Exception as exc:  # a collection changed, a generator raised
+                            if not self._step_raised(exc):
+                                return budget
+                            if self.interrupt:
+                                self._interrupted()
+                                return budget
+                            continue
                         if args is not None:
                             self.args = args
                             func, onerror = loop.item
@@ -937,6 +1017,8 @@ class _Flow:
             frame._queue = None
             if frame._ext is not None:
                 code = self._cancel_frame(frame, code) or code
+                if self._cancelled():  # the cancel handler cancelled the root
+                    return False
             onerror = frame._onerror
             if onerror is None:
                 continue
@@ -947,14 +1029,18 @@ class _Flow:
             stack.append(handler)
             try:
                 onerror(handler, code)
-                if self.finished:  # the handler cancelled the root
+                if self._cancelled():  # the handler cancelled the root: nothing else runs
                     return False
             except FutoInError as exc:
+                if self._cancelled():
+                    return False
                 if state.last_exception is not exc:
                     state.error_info = exc.info
                     state.last_exception = exc
                 code = exc.code
             except Exception as exc:
+                if self._cancelled():
+                    return False
                 code = Errors.InternalError
                 state.error_info = f"{type(exc).__name__}: {exc}"
                 state.last_exception = exc
@@ -975,6 +1061,13 @@ class _Flow:
                 _end_ext(handler)
         self._finish(code)
         return False
+
+    def _cancelled(self) -> bool:
+        """The root was cancelled by a handler: at once, or when the running step returns."""
+        if self.finished:
+            return True
+        current = self.driver._current
+        return current is not None and current.interrupt and current.root is self.root
 
     def _resume_unwind(self, code: str) -> None:
         if self.finished or self.root._status is _CANCELLING:
@@ -1025,20 +1118,42 @@ class _Flow:
     # -- cancellation -------------------------------------------------------------------------
 
     def _cancel(self) -> None:
-        """Run the cancel handlers of every active step, innermost first; the flow ends."""
+        """Run the cancel handlers of every active step, innermost first; the flow ends.
+
+        The branches of a parallel step are cancelled before the step itself, depth first, with
+        an explicit list of flows rather than recursion: any depth of nesting is cancelled.
+        """
         if self.finished:
             return
         self.finished = True
-        stack = self.stack
-        while len(stack) > 1:
-            frame = stack.pop()
-            frame._status = _DONE
-            frame._queue = None
-            if frame._ext is not None:
-                self._cancel_frame(frame, None)
-        stack[0]._status = _DONE
-        if self.par is not None:
-            self._drop_links()
+        todo = [self]
+        while todo:
+            flow = todo[-1]
+            stack = flow.stack
+            while len(stack) > 1:
+                frame = stack[-1]
+                ext = frame._ext
+                if ext is not None and ext.par is not None:  # its branches first
+                    par = ext.par
+                    ext.par = None
+                    if not par.over:
+                        par.over = True
+                        for branch in reversed(par.flows):
+                            if not branch.finished:
+                                branch.finished = True
+                                todo.append(branch)
+                        break
+                stack.pop()
+                frame._status = _DONE
+                frame._queue = None
+                if ext is not None:
+                    self._cancel_frame(frame, None)
+            else:
+                todo.pop()
+                stack[0]._status = _DONE
+                stack[0]._queue = None  # steps that never ran go now (await_() closes its own)
+                if flow.par is not None:
+                    flow._drop_links()
 
     def _drop_links(self) -> None:
         """A finished branch lets go of its container and parallel run: no reference cycles
@@ -1101,6 +1216,7 @@ class _Flow:
     def _finish(self, code: str | None) -> None:
         self.finished = True
         self.stack[0]._status = _DONE
+        self.stack[0]._queue = None  # steps that never ran (after an error) go now
         self.result_code = code
         par = self.par
         if par is None:
@@ -1386,10 +1502,21 @@ class _AwaitStep:
         self.aw = aw
 
     def __call__(self, asi: AsyncSteps, *_: Any) -> Coroutine[Any, Any, Any]:
+        aw = self.aw
+        if iscoroutine(aw):  # run as the step itself: closing the step closes it
+            return aw
         return self._wait()
 
     async def _wait(self) -> Any:
         return await self.aw
+
+    def __del__(self) -> None:
+        # The step never ran (an earlier step failed, a sibling branch failed, the root was
+        # cancelled) or its task never started: close the user's coroutine, which will never
+        # run, so that it does not warn "never awaited".
+        aw = self.aw
+        if iscoroutine(aw) and getcoroutinestate(aw) == CORO_CREATED:
+            aw.close()
 
 
 # -- helpers for the sync primitives and the binary bridge -----------------------------------------

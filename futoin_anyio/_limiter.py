@@ -72,7 +72,9 @@ class Limiter:
 
     Use it through ``asi.sync(limiter, func, onerror)``, or from plain AnyIO code as
     ``async with limiter:``; both share the same limits, so one Limiter protects flows and
-    ordinary tasks together. Not thread-safe: use it from the thread of one event loop.
+    ordinary tasks together. Not thread-safe: use it (all its methods) from the thread of one
+    event loop at a time; entering it from another thread while it is in use raises
+    ``RuntimeError``.
 
     :param concurrent: flows inside at once (``>= 1``).
     :param max_queue: flows waiting for a place (``>= 0``); ``None`` for no limit.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from contextlib import suppress
 from dataclasses import dataclass
+from threading import get_ident
 from types import TracebackType
 from typing import Any, final
 
@@ -21,6 +22,7 @@ from ._sync_common import (
     check_count,
     check_queue,
     check_section,
+    enter_thread,
     lazy_binary,
     rejected,
     task_key,
@@ -73,7 +75,7 @@ class _Entry:
         mutex = entry.mutex
         key = entry.key = flow_key(asi)
         on_exit(asi, _Entry.leave, entry)
-        if mutex._acquire_nowait(key):
+        if mutex._acquire_nowait(key, asi._flow.driver._thread):  # type: ignore[union-attr]
             entry.state = HELD
             # Sub-steps start with no arguments: hand the incoming ones on to ``func``.
             if args:
@@ -137,7 +139,9 @@ class Mutex:
     cancelled or fails while waiting leaves the queue; one that is cancelled or fails inside
     releases its place.
 
-    The primitive is not thread-safe: use it from the thread of one event loop.
+    The primitive is not thread-safe: use it from the thread of one event loop at a time (all
+    its methods); entering it from another thread while it is held or waited on raises
+    ``RuntimeError``.
 
     :param max: how many flows may be inside at once (``>= 1``).
     :param max_queue: how many may wait (``>= 0``); ``None`` for no limit.
@@ -146,7 +150,7 @@ class Mutex:
     """
 
     __slots__ = ("__weakref__", "_held", "_max", "_max_queue", "_owners", "_queue", "_reject_info",
-                 "_rejected")
+                 "_rejected", "_thread")
 
     def __init__(self, max: int = 1, max_queue: int | None = None) -> None:
         self._max = check_count("Mutex", "max", max, 1)
@@ -157,6 +161,7 @@ class Mutex:
         self._reject_info = "Mutex queue limit (max_queue) reached"
         self._owners: dict[object, int] = {}
         self._queue: deque[_Entry | _TaskWaiter] = deque()
+        self._thread = 0  # the thread of the event loop using it (see enter_thread())
 
     # -- ISync ------------------------------------------------------------------------------------
 
@@ -175,7 +180,7 @@ class Mutex:
     async def __aenter__(self) -> None:
         key = task_key()
         await checkpoint_if_cancelled()
-        if self._acquire_nowait(key):
+        if self._acquire_nowait(key, get_ident()):
             await cancel_shielded_checkpoint()
             return
         if self._full():
@@ -219,7 +224,9 @@ class Mutex:
         limit = self._max_queue
         return limit is not None and len(self._queue) >= limit
 
-    def _acquire_nowait(self, key: object) -> bool:
+    def _acquire_nowait(self, key: object, thread: int | None) -> bool:
+        if thread != self._thread:
+            enter_thread("Mutex", self, thread, not self._held and not self._queue)
         owners = self._owners
         count = owners.get(key)
         if count is not None:  # re-entrance by the same flow or task

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+from collections import deque
 from collections.abc import Callable
 from functools import partial
+from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
-from ._engine import _Flow, _new_frame
+from ._engine import _Flow, _new_frame, _wrong_thread
 from ._frame import _CORO, _DONE, _FAILING, _NO_ARGS, _SUBSTEPS, _end_ext, _Ext, _internal, _new
 
 if TYPE_CHECKING:
@@ -38,7 +41,12 @@ class ParallelSteps:
         return self
 
     def add(self, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
-        """Add a branch: a step that runs as its own flow; returns ``self`` for chaining."""
+        """Add a branch: a step that runs as its own flow; returns ``self`` for chaining.
+
+        Threads: as :meth:`AsyncSteps.add` (the loop's thread, once the root runs)."""
+        flow = self._owner._flow
+        if flow is not None and get_ident() != flow.driver._thread:
+            _wrong_thread("parallel add()")
         if not callable(func):
             _internal(f"parallel add(): the step must be callable, got {type(func).__name__}")
         if onerror is not None and not callable(onerror):
@@ -47,12 +55,12 @@ class ParallelSteps:
         return self
 
     def sync(self, obj: ISync, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
-        """Add a branch synchronised against ``obj``."""
+        """Add a branch synchronised against ``obj``. Threads: as :meth:`add`."""
         return self.add(_SyncStep(obj, func, onerror))
 
     @property
     def state(self) -> State:
-        """The shared state of the root."""
+        """The shared state of the root (see :attr:`AsyncSteps.state` for threads)."""
         return self._owner.state
 
     def _run(self, asi: AsyncSteps, *args: Any) -> None:
@@ -116,7 +124,7 @@ class _ParallelRun:
         if self.stop_branches(failed, partial(parent._resume_unwind, code)):
             frame._status = _FAILING  # not completable while its branches' tasks end
         else:
-            parent._resume_unwind(code)
+            _unwind_later(parent, code)
 
     def stop_branches(self, failed: _Flow | None, then: Callable[[], None]) -> bool:
         """Cancel every live branch (cancel handlers run, innermost first).
@@ -157,19 +165,39 @@ class _ParallelRun:
             then()
 
 
+_unwinding = threading.local()
+
+
+def _unwind_later(parent: _Flow, code: str) -> None:
+    """``parent._resume_unwind(code)``, but a failure that crosses nested parallel steps unwinds
+    one level after the other from here, not by recursion: any depth of nesting fails."""
+    chain: deque[tuple[_Flow, str]] | None = getattr(_unwinding, "chain", None)
+    if chain is not None:  # an outer call is unwinding: it takes this level next
+        chain.append((parent, code))
+        return
+    chain = _unwinding.chain = deque([(parent, code)])
+    try:
+        while chain:
+            flow, flow_code = chain.popleft()
+            flow._resume_unwind(flow_code)
+    finally:
+        _unwinding.chain = None
+
+
 def _running_coroutines(flow: _Flow, out: list[AsyncSteps]) -> None:
-    """Collect the coroutine steps of ``flow`` and of the parallel branches nested in it."""
-    for frame in flow.stack:
-        ext = frame._ext
-        if ext is None:
-            continue
-        if frame._status is _CORO and ext.coro is not None:
-            out.append(frame)
-        par = ext.par
-        if par is not None and not par.over:
-            for branch in par.flows:
-                if not branch.finished:
-                    _running_coroutines(branch, out)
+    """Collect the coroutine steps of ``flow`` and of the parallel branches nested in it (an
+    explicit list of flows, not recursion: any depth of nesting)."""
+    todo = [flow]
+    while todo:
+        for frame in todo.pop().stack:
+            ext = frame._ext
+            if ext is None:
+                continue
+            if frame._status is _CORO and ext.coro is not None:
+                out.append(frame)
+            par = ext.par
+            if par is not None and not par.over:
+                todo.extend(branch for branch in par.flows if not branch.finished)
 
 
 class _SyncStep:

@@ -11,6 +11,9 @@ class State(dict[str, Any]):
     """A ``dict`` with attribute access, shared by a root, its steps and parallel branches.
 
     ``state.x is state["x"]``; calling the state returns it, so the spec's ``asi.state()`` works.
+    A name the ``dict`` itself uses (``items``, ``keys``, ``values``, ``get``, ``pop``,
+    ``update``, ``copy``…) reads back as the method: assigning or deleting it as an attribute
+    raises :class:`AttributeError`; use ``state["items"]`` for such a variable.
     Pre-defined keys: ``error_info``, ``last_exception`` and ``async_stack`` (the callables of the
     active steps when the last error was raised, outermost first; empty before any error).
     """
@@ -30,9 +33,13 @@ class State(dict[str, Any]):
             raise AttributeError(f"state has no variable {name!r}") from None
 
     def __setattr__(self, name: str, value: Any) -> None:
+        if name in _RESERVED:
+            _reserved(name)
         self[name] = value
 
     def __delattr__(self, name: str) -> None:
+        if name in _RESERVED:
+            _reserved(name)
         try:
             del self[name]
         except KeyError:
@@ -43,6 +50,16 @@ class State(dict[str, Any]):
 
     def __repr__(self) -> str:
         return f"State({dict.__repr__(self)})"
+
+
+#: Names that attribute access reads from the class (dict methods...), never from the variables.
+_RESERVED = frozenset(dir(State))
+
+
+def _reserved(name: str) -> None:
+    raise AttributeError(
+        f"state.{name} is the dict attribute State.{name}, not a state variable: "
+        f"use state[{name!r}] for a variable of that name")
 
 
 #: The pre-defined keys of every State (``async_stack``: a list of step callables after an error).

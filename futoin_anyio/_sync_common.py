@@ -27,6 +27,16 @@ HELD: Final = 2  # let in (a Mutex permit is held, or a Throttle entry is counte
 DONE: Final = 3  # gone: released, left the queue, or skipped as out of service
 
 
+def enter_thread(owner: str, prim: Any, thread: int | None, idle: bool) -> None:
+    """An entry on a thread other than the primitive's last one: it moves to this thread if
+    nothing holds or waits on it, else ``RuntimeError`` (a primitive is not thread-safe)."""
+    if not idle:
+        raise RuntimeError(
+            f"{owner} entered from another thread while in use on its event loop's thread: "
+            "use a primitive from the thread of one event loop at a time")
+    prim._thread = thread
+
+
 def check_count(owner: str, name: str, value: object, minimum: int) -> int:
     """An ``int`` argument ``>= minimum``; ``bool`` is not a count."""
     if isinstance(value, bool) or not isinstance(value, int):

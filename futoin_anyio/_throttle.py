@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from contextlib import suppress
 from dataclasses import dataclass
+from threading import get_ident
 from types import TracebackType
 from typing import Any, final
 
@@ -22,6 +23,7 @@ from ._sync_common import (
     check_period,
     check_queue,
     check_section,
+    enter_thread,
     lazy_binary,
     rejected,
 )
@@ -70,7 +72,7 @@ class _Waiter:
     def wait(self, asi: AsyncSteps, *args: Any) -> None:
         """The step that waits for the next period when the current one was full."""
         throttle = self.throttle
-        if throttle._enter_nowait(current_time()):
+        if throttle._enter_nowait(current_time(), asi._flow.driver._thread):  # type: ignore[union-attr]
             self.state = HELD
             asi.success(*args)
             return
@@ -110,7 +112,7 @@ class _Section:
         # Sub-steps start with no arguments: hand the incoming ones on (see Mutex).
         if args:
             asi.success_step(*args)
-        if not self.throttle._enter_nowait(current_time()):
+        if not self.throttle._enter_nowait(current_time(), asi._flow.driver._thread):  # type: ignore[union-attr]
             asi.add(_Waiter(self.throttle).wait)
         asi.add(self.func, self.onerror)
 
@@ -135,7 +137,8 @@ class Throttle:
 
     Use it through ``asi.sync(throttle, func, onerror)``, or from plain AnyIO code as
     ``async with throttle:``; both share the same periods and queue. Not thread-safe: use it
-    from the thread of one event loop.
+    (all its methods) from the thread of one event loop at a time; entering it from another
+    thread while entries wait raises ``RuntimeError``.
 
     :param max: entries per period (``>= 1``).
     :param period_ms: the period in milliseconds (``> 0``).
@@ -155,6 +158,7 @@ class Throttle:
         "_queue",
         "_reject_info",
         "_rejected",
+        "_thread",
         "_timer",
         "_timer_host",
     )
@@ -173,6 +177,7 @@ class Throttle:
         self._queue: deque[_Waiter] = deque()
         self._timer: Handle | None = None
         self._timer_host: _Waiter | None = None  # the queued flow whose AsyncTool runs the timer
+        self._thread = 0  # the thread of the event loop using it (see enter_thread())
 
     # -- ISync ------------------------------------------------------------------------------------
 
@@ -190,7 +195,7 @@ class Throttle:
 
     async def __aenter__(self) -> None:
         await checkpoint_if_cancelled()
-        if self._enter_nowait(current_time()):
+        if self._enter_nowait(current_time(), get_ident()):
             await cancel_shielded_checkpoint()
             return
         if self._full():
@@ -257,7 +262,9 @@ class Throttle:
         limit = self._max_queue
         return limit is not None and len(self._queue) >= limit
 
-    def _enter_nowait(self, now: float) -> bool:
+    def _enter_nowait(self, now: float, thread: int | None) -> bool:
+        if thread != self._thread:
+            enter_thread("Throttle", self, thread, not self._queue)
         self._refresh(now)
         if self._queue or self._count >= self._max:
             return False

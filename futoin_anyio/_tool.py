@@ -25,7 +25,7 @@ from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from threading import get_ident
+from threading import Lock, get_ident
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, final
 
@@ -35,6 +35,7 @@ from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint
 
 from ._errors import Errors, FutoInError
+from ._frame import _internal
 
 _sniffio: Any
 try:
@@ -63,6 +64,9 @@ _new_handle = object.__new__
 #: written to (the writers make the real container first).
 _EMPTY: Any = ()
 
+#: Guards the hand-over of ``immediate()`` calls from other threads (rare: one lock for all).
+_foreign = Lock()
+
 _current_tool: ContextVar[AsyncTool | None] = ContextVar("futoin_anyio_tool", default=None)
 
 
@@ -85,14 +89,18 @@ class Handle:
         return handle
 
     def cancel(self) -> None:
-        """Cancel the callback; a no-op if it already ran or was cancelled."""
+        """Cancel the callback; a no-op if it already ran or was cancelled. Any thread."""
         tool = self._tool
         if tool is not None:
             self._tool = None
-            tool._pending -= 1
+            thread = tool._thread
+            if thread is None or get_ident() == thread:
+                tool._pending -= 1
+            elif not tool._exited:  # the count is the loop thread's alone
+                tool._from_thread(tool._uncount, raw=True)
 
     def is_valid(self) -> bool:
-        """``True`` while the callback is still scheduled."""
+        """``True`` while the callback is still scheduled. Any thread (a snapshot)."""
         return self._tool is not None
 
     def __bool__(self) -> bool:
@@ -126,6 +134,11 @@ class AsyncTool:
     when every root it started, and every callback scheduled on it, is done. If the block is left
     by an exception or a cancellation, the roots still running are cancelled (their cancel
     handlers run) first.
+
+    Threads: :meth:`immediate`, :meth:`cancel`, :meth:`is_valid`, :meth:`is_same_thread` and
+    :meth:`statistics` may be called from any thread; :meth:`deferred` (like ``execute()``) only
+    on the event loop's thread, else ``RuntimeError``. Once the block has exited, scheduling
+    raises ``FutoInError`` (``InternalError``) as ``execute()`` does.
     """
 
     __slots__ = (
@@ -133,8 +146,10 @@ class AsyncTool:
         "_coro_tasks",
         "_ctx_token",
         "_current",
+        "_exited",
         "_fatal",
         "_helper",
+        "_inflight",
         "_inline",
         "_inline_next",
         "_inline_scope",
@@ -191,6 +206,8 @@ class AsyncTool:
         self._roots: set[AsyncSteps] = _EMPTY  # started with execute() and not finished
         self._current: _Flow | None = None
         self._closing = False
+        self._exited = False  # the block (or promise()) is over: nothing can be scheduled
+        self._inflight = 0  # immediate() calls of other threads not yet adopted (under _foreign)
         self._fatal: BaseException | None = None
         self._ctx_token: Any = None
         # Inline coroutine steps (promise() only): the flow they belong to, the step whose
@@ -209,6 +226,8 @@ class AsyncTool:
         """Schedule ``func()`` to run soon on the loop's thread; callable from any thread."""
         if not callable(func):
             raise TypeError(f"immediate() needs a callable, got {type(func).__name__}")
+        if self._exited:
+            _internal("immediate(): the AsyncTool has already exited")
         handle = _new_handle(Handle)  # Handle._create(), inlined: immediate() is a hot path
         handle._func = func
         handle._args = ()
@@ -220,11 +239,23 @@ class AsyncTool:
             if self._sleep_scope is not None or self._inline is not None:
                 self._wake()
         else:
-            self._from_thread(self._adopt_immediate, handle)
+            with _foreign:  # the block does not exit while a call is on its way
+                if self._exited:
+                    _internal("immediate(): the AsyncTool has already exited")
+                self._inflight += 1
+            try:
+                self._from_thread(self._adopt_immediate, handle, raw=True)
+            except BaseException:
+                with _foreign:
+                    self._inflight -= 1
+                raise
         return handle
 
     def deferred(self, delay_ms: float, func: Callable[[], object]) -> Handle:
-        """Schedule ``func()`` after ``delay_ms`` milliseconds of the event loop's clock."""
+        """Schedule ``func()`` after ``delay_ms`` milliseconds of the event loop's clock.
+
+        On the event loop's thread only (else ``RuntimeError``): from another thread, use
+        ``immediate()`` to reach it."""
         if not callable(func):
             raise TypeError(f"deferred() needs a callable, got {type(func).__name__}")
         delay = _check_ms("deferred() delay", delay_ms)
@@ -234,19 +265,20 @@ class AsyncTool:
         return self._call_later(delay, func)
 
     def cancel(self, handle: Handle) -> None:
-        """Cancel a scheduled callback; a no-op if it already ran."""
+        """Cancel a scheduled callback; a no-op if it already ran. Any thread."""
         handle.cancel()
 
     def is_valid(self, handle: Handle) -> bool:
-        """``True`` while ``handle`` is still scheduled."""
+        """``True`` while ``handle`` is still scheduled. Any thread (a snapshot)."""
         return handle._tool is not None
 
     def is_same_thread(self) -> bool:
-        """``True`` when called on the thread of the event loop this tool is bound to."""
+        """``True`` when called on the thread of the event loop this tool is bound to. Any
+        thread."""
         return self._thread is not None and get_ident() == self._thread
 
     def statistics(self) -> AsyncToolStatistics:
-        """Return the tool's current load."""
+        """Return the tool's current load. Any thread (a snapshot, exact on the loop's)."""
         return AsyncToolStatistics(
             roots=len(self._roots),
             ready=len(self._ready),
@@ -288,6 +320,7 @@ class AsyncTool:
             error = _unwrap_group(err, exc)
         finally:
             self._tg = None
+            self._exited = True
             fatal = self._fatal
             if fatal is not None:
                 self._fatal = None
@@ -314,30 +347,51 @@ class AsyncTool:
             self._library = "trio"
 
     def _require_running(self, what: str) -> None:
+        if self._exited:
+            _internal(f"{what}: the AsyncTool has already exited")
         if self._thread is None:
             raise FutoInError(Errors.InternalError, f"{what}: the AsyncTool is not running")
 
-    def _from_thread(self, func: Callable[..., object], *args: Any) -> None:
+    def _from_thread(self, func: Callable[..., object], *args: Any, raw: bool = False) -> None:
+        """Run ``func(*args)`` in the driver, called from another thread. It runs as a callback
+        of the driver's own task: the user code it leads to (handlers...) runs inside a task,
+        where AnyIO works (an asyncio loop callback has no current task). ``raw``: in the loop
+        callback itself (the hand-over's own bookkeeping, no user code)."""
         target = self._threadsafe
         assert target is not None
+        call = (lambda: func(*args)) if raw else (lambda: self._soon(func, *args))
         try:
             if self._library == "asyncio":
-                target.call_soon_threadsafe(lambda: func(*args))
+                target.call_soon_threadsafe(call)
             else:
-                target.run_sync_soon(lambda: func(*args))
+                target.run_sync_soon(call)
         except RuntimeError as err:  # the loop is closed or closing
             raise FutoInError(
                 Errors.InternalError, f"the event loop is no longer running: {err}"
             ) from err
 
     def _adopt_immediate(self, handle: Handle) -> None:
+        with _foreign:
+            self._inflight -= 1
+        if self._exited:
+            handle._tool = None  # handed over as the tool exited: it will never run
+            return
+        # Counted even if already cancelled: the cancel() decremented it, or will (in order).
+        self._pending += 1
         if handle._tool is self:
-            self._pending += 1
             self._ready_queue().append(handle)
+        self._wake()
+
+    def _uncount(self) -> None:
+        """A handle was cancelled on another thread (see :meth:`Handle.cancel`)."""
+        if not self._exited:
+            self._pending -= 1
             self._wake()
 
     def _soon(self, func: Callable[..., object], *args: Any) -> None:
         """Run ``func(*args)`` in the driver soon (engine-internal; loop thread only)."""
+        if self._exited:
+            return  # e.g. a coroutine task that ends after its driver dropped everything
         handle = Handle._create(self, func, args)
         self._pending += 1
         self._ready_queue().append(handle)
@@ -665,7 +719,10 @@ class AsyncTool:
         self._tg_ready()
         task_status.started()
         try:
-            await self._loop(None)
+            while True:
+                await self._loop(None)
+                if self._fatal is not None or self._exit_now():
+                    break
         except get_cancelled_exc_class():
             # The block is left by an exception or a cancellation. As under promise(): the
             # coroutine steps (innermost) end first, then every root's cancel handlers run.
@@ -700,7 +757,16 @@ class AsyncTool:
         self._start_pending_coros()
 
     def _served(self) -> bool:
-        return self._closing and not self._roots and not self._pending and not self._ready
+        return (self._closing and not self._roots and not self._pending and not self._ready
+                and not self._inflight)
+
+    def _exit_now(self) -> bool:
+        """Served: no ``immediate()`` from another thread may slip in after this."""
+        with _foreign:
+            if self._inflight:
+                return False
+            self._exited = True
+            return True
 
     def _cancel_all(self) -> None:
         """Cancel every root this tool runs (their cancel handlers run), drop its callbacks."""
@@ -718,6 +784,8 @@ class AsyncTool:
             entry[2]._tool = None
         self._timers = _EMPTY
         self._pending = 0
+        with _foreign:
+            self._exited = True  # this driver runs nothing more (its block or promise() ends)
 
     def _report_fatal(self, exc: BaseException) -> None:
         """A BaseException (KeyboardInterrupt…) escaped a coroutine step: the driver stops and
