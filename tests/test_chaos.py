@@ -2,7 +2,8 @@
 thread and a worker thread, checked after every run (issue 18, item 2).
 
 60 runs (about two seconds) per backend here; ``FUTOIN_CHAOS_RUNS=N`` runs N runs per backend
-instead (the long mode: ``python -m benchmarks.chaos --runs N`` does the same by hand or from the soak).
+instead (the long mode: ``python -m benchmarks.chaos --runs N`` does the same by hand or
+from the soak).
 ``FUTOIN_CHAOS_SEED`` picks another seed.
 """
 
