@@ -790,6 +790,8 @@ class _Flow:
                 args = self.args
                 if not args:
                     res = func(step)
+                elif type(args) is not tuple:  # values from C: fit() to what func declares
+                    res = func(step, *args.fit(func))  # type: ignore[attr-defined]
                 elif len(args) == 1:
                     res = func(step, args[0])
                 else:

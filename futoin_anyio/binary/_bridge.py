@@ -21,9 +21,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, final
 
 from .._errors import Errors, FutoInError
+from .._frame import _CORO, _EXEC, _HANDLER
 from .._state import State
 from ._ffi import ffi, lib
-from ._values import emit_args, receive_args, release
+from ._values import FromC, emit_args, fit_args, receive_args, release
 
 __all__ = (
     "ForeignAsyncSteps",
@@ -139,7 +140,8 @@ def _need(ptr: Any, what: str) -> None:
 class _Binding:
     """The C object of one Python step (or root, or parallel) and its table implementation."""
 
-    __slots__ = ("__weakref__", "_error_info", "_ref", "handle", "kind", "mem", "ptr")
+    __slots__ = ("__weakref__", "_error_info", "_ref", "handle", "kept", "kept_mem", "kind",
+                 "mem", "ptr")
 
     #: kinds
     STEP = 0
@@ -154,6 +156,9 @@ class _Binding:
         self.mem = ffi.new("FtnPyAsyncSteps *")
         self.ptr = lib.ftnpy_asi_init(self.mem, self.handle)
         self._error_info: Any = None
+        # stack() memory of a pointer that has no executing step to hold it (see _stack)
+        self.kept: list[tuple[Any, Any]] | None = None
+        self.kept_mem: list[Any] = []
 
     @property
     def target(self) -> Any:
@@ -267,16 +272,14 @@ class _CStep:
         self.data = data
 
     def __call__(self, asi: Any, *args: Any) -> None:
-        keep: list[Any] = []
-        cargs = emit_args(args, False, keep) if args else _NO_ARGS
+        # The callee owns the values (it may move them out of their slots, as the reference
+        # does); what it left in its slots is cleaned up here, once. Never NULL: no values is
+        # an empty FutoInArgs.
+        cargs = emit_args(args, True, [])
         try:
             _run_c(asi, lib.ftnpy_call_exec, self.f, binary_of(asi), self.data, cargs)
         finally:
-            if args:
-                lib.ftnpy_reset_args(cargs)
-
-
-_NO_ARGS = ffi.new("FutoInArgs *")
+            lib.ftnpy_reset_args(cargs)
 
 
 class _CErrorHandler:
@@ -369,6 +372,9 @@ def _parallel(b: _Binding, data: Any, eh: Any) -> Any:
     return pb.ptr
 
 
+_EMPTY = ffi.new("char[]", b"")
+
+
 @final
 class StateVariable:
     """A C state variable: what ``stateVariable()`` stored in ``asi.state[name]``.
@@ -390,12 +396,15 @@ class StateVariable:
 
 @_table("ftnpy_py_state_variable", NULL)
 def _state_variable(b: _Binding, data: Any, name: Any, allocate: Any, cleanup: Any) -> Any:
-    key = _decode(name, "stateVariable(): name")
+    _need(name, "stateVariable(): name")
+    # Any bytes (the reference's Mutex uses raw pointer bytes): not UTF-8 maps through
+    # surrogateescape, so every C name is one distinct Python key.
+    key = ffi.string(name).decode("utf-8", "surrogateescape")
     state = b.target.state
     if key == "error_info":
         info = state.get("error_info")
         if info is None:
-            return NULL
+            return _EMPTY  # as the reference: an empty string, never NULL
         # valid until the next stateVariable("error_info") on this pointer, or its release
         b._error_info = ffi.new("char[]", str(info).encode("utf-8", "replace"))
         return b._error_info
@@ -423,12 +432,35 @@ def _stack_cleanup(cleanup: Any) -> Callable[[Any], None]:
     return done
 
 
+def _executing(asi: Any) -> bool:
+    st = asi._status
+    return st is _EXEC or st is _HANDLER or st is _CORO
+
+
+def _release_kept(kept: list[tuple[Any, Any]]) -> None:
+    while kept:
+        ptr, cleanup = kept.pop()
+        _stack_cleanup(cleanup)(ptr)
+
+
 @_table("ftnpy_py_stack", NULL)
 def _stack(b: _Binding, size: int, cleanup: Any) -> Any:
-    asi = b.step_only("stack")
     mem = ffi.new("char[]", size or 1)  # zeroed; cffi aligns it for any C type
     ptr = ffi.cast("void *", mem)
-    asi.stack(lambda: mem, lambda _m: _stack_cleanup(cleanup)(ptr))
+    target = b.target
+    owner = target._owner if b.kind == _Binding.PARALLEL else target
+    if _executing(owner):
+        # The usual case: freed, after cleanup, when the executing step ends.
+        owner.stack(lambda: mem, lambda _m: _stack_cleanup(cleanup)(ptr))
+        return ptr
+    # A root before execute(), or a step that is leaving (the reference's wrappers keep their
+    # step data and themselves there): the memory lives as long as the pointer's Python object.
+    kept = b.kept
+    if kept is None:
+        kept = b.kept = []
+        weakref.finalize(b, _release_kept, kept)
+    kept.append((ptr, cleanup))
+    b.kept_mem.append(mem)
     return ptr
 
 
@@ -437,6 +469,12 @@ def _success(b: _Binding, cargs: Any) -> None:
     asi = b.step_only("success")
     values = () if cargs == NULL else receive_args(cargs, True)
     asi.success(*values)
+    if values:
+        flow = asi._flow
+        if flow is not None and type(flow.args) is tuple and len(flow.args) == len(values):
+            # Values from C: the next Python step gets those it declares (the reference pads
+            # every call to four values with placeholders and leaves old values in unused slots).
+            flow.args = FromC(flow.args)
 
 
 @_table("ftnpy_py_handle_error")
@@ -518,11 +556,16 @@ def _root_of(b: _Binding) -> Any:
     return target
 
 
+def _flow_id(asi: Any) -> int:
+    """rootId: one per sequential flow, so each parallel branch has its own (spec 1.11.4)."""
+    from .._engine import flow_key
+
+    return id(flow_key(asi))
+
+
 @_table("ftnpy_py_root_id", 0)
 def _root_id(b: _Binding) -> int:
-    from .._engine import root_id
-
-    return root_id(_root_of(b))
+    return _flow_id(_root_of(b))
 
 
 @_table("ftnpy_py_is_valid", 0)
@@ -548,8 +591,21 @@ def _free(b: _Binding) -> None:
     _quarantine.append(b)
 
 
-# Scheduled C callbacks: FutoInHandle.data3 -> (tool, Python handle)
-_sched: dict[int, tuple[Any, Any]] = {}
+@final
+class _Scheduled:
+    """A C callback scheduled on our tool. Only its timer holds it: ``_sched`` maps
+    ``FutoInHandle.data3`` to it weakly, so the entry goes with the timer (fired, cancelled or
+    dropped with its tool)."""
+
+    __slots__ = ("__weakref__", "handle", "marker", "tool")
+
+    def __init__(self, tool: Any) -> None:
+        self.tool = tool
+        self.handle: Any = None
+        self.marker = ffi.new("char[]", 1)  # FutoInHandle.data1: non-NULL while scheduled
+
+
+_sched: weakref.WeakValueDictionary[int, _Scheduled] = weakref.WeakValueDictionary()
 _sched_ids = itertools.count(1)
 
 
@@ -565,31 +621,45 @@ def _schedule(b: _Binding, deferred: int, ms: int, data: Any, cb: Any, out: Any)
     _need(cb, "sched_*(): callback")
     tool = _tool_of(b)
     sid = next(_sched_ids)
+    rec = _Scheduled(tool)
 
     def fire() -> None:
         _sched.pop(sid, None)
+        rec.handle = None  # the record is held by this timer only: drop the cycle
         _run_c(None, lib.ftnpy_call_sched, cb, data)
 
-    handle = tool.deferred(ms, fire) if deferred else tool.immediate(fire)
-    _sched[sid] = (tool, handle)
-    out.data1 = NULL
+    rec.handle = tool.deferred(ms, fire) if deferred else tool.immediate(fire)
+    _sched[sid] = rec
+    # data1: non-NULL, so code that tests a handle for emptiness sees a live one. data2 is
+    # NULL: it is no C++ IAsyncTool (the reference's Handle::cancel() would call through it);
+    # test and cancel through the table (sched_is_valid / sched_cancel).
+    out.data1 = ffi.cast("void *", rec.marker)
     out.data2 = NULL
     out.data3 = sid
+
+
+def _scheduled(handle: Any) -> _Scheduled | None:
+    rec = _sched.get(int(handle.data3))
+    if rec is None or handle.data1 != ffi.cast("void *", rec.marker):
+        return None
+    return rec
 
 
 @_table("ftnpy_py_sched_cancel")
 def _sched_cancel(b: _Binding, handle: Any) -> None:
     _need(handle, "sched_cancel(): handle")
-    entry = _sched.pop(int(handle.data3), None)
-    if entry is not None:
-        entry[0].cancel(entry[1])
+    rec = _scheduled(handle)
+    if rec is not None:
+        _sched.pop(int(handle.data3), None)
+        rec.tool.cancel(rec.handle)
+        rec.handle = None
 
 
 @_table("ftnpy_py_sched_is_valid", 0)
 def _sched_is_valid(b: _Binding, handle: Any) -> int:
     _need(handle, "sched_is_valid(): handle")
-    entry = _sched.get(int(handle.data3))
-    return int(entry is not None and entry[0].is_valid(entry[1]))
+    rec = _scheduled(handle)
+    return int(rec is not None and rec.tool.is_valid(rec.handle))
 
 
 @_table("ftnpy_py_is_same_thread", 0)
@@ -779,7 +849,7 @@ class ForeignAsyncSteps:
 
     # execution API
     def success(self, *args: Any) -> None:
-        cargs = emit_args(args, True, []) if args else NULL
+        cargs = emit_args(args, True, [])  # never NULL: no values is an empty FutoInArgs
         _check(lib.ftnpy_f_success(self._ptr, cargs), "success()")
 
     def error(self, code: str, info: Any = None) -> None:
@@ -806,13 +876,9 @@ class ForeignAsyncSteps:
         one-byte C allocation whose cleanup calls ``cleanup(obj)``."""
         out = ffi.new("void **")
         if isinstance(size_or_factory, int):
+            # the clean-up pointer is always callable: the reference calls it unchecked
             _check(
-                lib.ftnpy_f_stack(
-                    self._ptr,
-                    size_or_factory,
-                    NULL if cleanup is None else lib.ftnpy_py_stack_cleanup_cb,
-                    out,
-                ),
+                lib.ftnpy_f_stack(self._ptr, size_or_factory, lib.ftnpy_py_stack_cleanup_cb, out),
                 "stack()",
             )
             obj = out[0]
@@ -972,8 +1038,9 @@ def _callback(bsi: Any, data: Any, call: Callable[[ForeignAsyncSteps, _Rec], Non
 @_def_extern
 def ftnpy_py_exec_cb(bsi: Any, data: Any, cargs: Any) -> None:
     def call(w: ForeignAsyncSteps, rec: _Rec) -> None:
-        args = () if cargs == NULL else receive_args(cargs, False)
-        rec.a(w, *args)
+        # We own the values (the reference hands them over and never cleans them up).
+        args = () if cargs == NULL else receive_args(cargs, True)
+        rec.a(w, *fit_args(rec.a, args))
 
     _callback(bsi, data, call)
 
@@ -1176,9 +1243,7 @@ def _lock(sb: _SyncBinding, bsi: Any) -> None:
     _need(bsi, "lock(): bsi")
     asi = wrap(bsi)
     obj = sb.obj
-    from .._engine import root_id
-
-    rid = asi.root_id() if isinstance(asi, ForeignAsyncSteps) else root_id(asi)
+    rid = asi.root_id() if isinstance(asi, ForeignAsyncSteps) else _flow_id(asi)
     holder = asi.new_instance() if not isinstance(asi, ForeignAsyncSteps) else None
     if holder is None:
         raise _Misuse("lock(): Python ISync objects are lockable from our AsyncSteps only")
@@ -1207,9 +1272,7 @@ def _lock(sb: _SyncBinding, bsi: Any) -> None:
 def _unlock(sb: _SyncBinding, bsi: Any) -> None:
     _need(bsi, "unlock(): bsi")
     asi = wrap(bsi)
-    from .._engine import root_id
-
-    rid = asi.root_id() if isinstance(asi, ForeignAsyncSteps) else root_id(asi)
+    rid = asi.root_id() if isinstance(asi, ForeignAsyncSteps) else _flow_id(asi)
     holders = sb.held.get(rid)
     if not holders:
         raise _Misuse("unlock() without a matching lock()")

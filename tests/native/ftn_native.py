@@ -92,6 +92,7 @@ void c_emit_bad(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
 void c_record_args(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
 void c_full(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
 void c_wait(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_sched_far(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
 void c_timeout(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
 void c_spawn(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
 void c_spawn_waiting(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
