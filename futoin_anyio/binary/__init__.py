@@ -9,8 +9,8 @@ and ``#include "futoin.h"`` gives ``FutoInAsyncSteps``, ``FutoInArgs``,
 
 ``asi.binary()`` gives C a ``FutoInAsyncSteps *`` for a step; ``AsyncSteps.wrap(ptr)``
 gives Python an AsyncSteps interface over any such pointer (ours or a foreign one);
-:func:`c_step` turns a C execute callback into a Python step. See ``README.md`` in this
-folder for ownership rules and what cannot be checked.
+:func:`c_step` turns a C execute callback into a Python step. The conventions (ownership,
+lifetimes, what cannot be checked) are in the documentation's "The binary interface" page.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ try:
     from ._bridge import sync_binary_of as sync_binary_of
     from ._bridge import wrap_sync as wrap_sync
     from ._values import MAX_ARGS as MAX_ARGS
+    from ._values import BinaryFloat as BinaryFloat
+    from ._values import BinaryInt as BinaryInt
+    from ._values import BinaryStr as BinaryStr
     from ._values import ForeignObject as ForeignObject
     from ._values import Typed as Typed
 except ImportError as exc:  # pragma: no cover - only without the compiled extension
@@ -39,6 +42,9 @@ except ImportError as exc:  # pragma: no cover - only without the compiled exten
 
 __all__ = (
     "MAX_ARGS",
+    "BinaryFloat",
+    "BinaryInt",
+    "BinaryStr",
     "ForeignAsyncSteps",
     "ForeignObject",
     "ForeignSync",
