@@ -358,13 +358,10 @@ async def test_binary_is_stable_and_wraps_back() -> None:
     assert seen == [True, True]
 
 
-async def test_c_loop_benchmark_hook() -> None:
-    from futoin_anyio.binary import _bench
-
-    root = AsyncSteps()
-    _bench.c_loop(root, 1000)
-    await root.promise()
-    assert _bench.last_count() >= 1000
+async def test_a_loop_of_c_steps(c: ModuleType) -> None:
+    # repeat() from C, each iteration add()ing a C step that calls success(bsi, NULL)
+    await run(cstep(c, "c_bench", 1000))
+    assert stats(c).bench_steps == 1000
 
 
 async def test_sched_entry_goes_with_its_timer(c: ModuleType) -> None:

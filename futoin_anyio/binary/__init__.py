@@ -64,3 +64,15 @@ def get_include() -> str:
     Like :func:`numpy.get_include`, it points inside the installed package.
     """
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
+def _fixup_module_metadata() -> None:
+    """Show public objects under their public path (clean reprs, tracebacks and docs)."""
+    for name in __all__:
+        obj = globals()[name]
+        if getattr(obj, "__module__", "").startswith(__name__ + "._"):
+            obj.__module__ = __name__
+
+
+_fixup_module_metadata()
+del _fixup_module_metadata

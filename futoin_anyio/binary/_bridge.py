@@ -735,10 +735,13 @@ class ForeignAsyncSteps:
         return self._ptr
 
     def wrap(self, ptr: Any) -> Any:
+        """An AsyncSteps interface over another ``FutoInAsyncSteps *`` (as ``AsyncSteps.wrap``)."""
         return wrap(ptr)
 
     # common API
     def add(self, func: Callable[..., Any], onerror: Callable[..., Any] | None = None) -> Any:
+        """Add a Python step (``func(asi, *args)``) and error handler through the table's
+        ``add``. Coroutine functions cannot run on a foreign AsyncSteps."""
         if not callable(func):
             raise TypeError(f"add(): step must be callable, got {type(func).__name__}")
         if inspect.iscoroutinefunction(func):
@@ -756,6 +759,7 @@ class ForeignAsyncSteps:
         return self
 
     def parallel(self, onerror: Callable[..., Any] | None = None) -> ForeignAsyncSteps:
+        """Add a parallel step; the returned wrapper takes its branches with :meth:`add`."""
         h = _handle(self._keep, None, onerror)
         out = ffi.new("FutoInAsyncSteps **")
         _check(
@@ -771,6 +775,8 @@ class ForeignAsyncSteps:
     def sync(
         self, obj: Any, func: Callable[..., Any], onerror: Callable[..., Any] | None = None
     ) -> Any:
+        """Add ``func`` as a step run inside ``obj``'s critical section (``addSync``): ``obj``
+        is a ``FutoInSync *``, an object with ``.binary()`` or a Python ISync."""
         if isinstance(obj, ffi.CData):
             sync_ptr = ffi.cast("FutoInSync *", obj)
         elif hasattr(obj, "binary"):
@@ -792,6 +798,7 @@ class ForeignAsyncSteps:
         return self
 
     def success_step(self, *args: Any) -> Any:
+        """Add a step that succeeds with ``args``."""
         return self.add(lambda asi, *_: asi.success(*args))
 
     @property
@@ -827,6 +834,7 @@ class ForeignAsyncSteps:
         return out[0]
 
     def new_instance(self) -> ForeignAsyncSteps:
+        """A new root of the same implementation (``newInstance``); release it with :meth:`free`."""
         out = ffi.new("FutoInAsyncSteps **")
         _check(lib.ftnpy_f_new_instance(self._ptr, out), "newInstance()")
         if out[0] == NULL:
@@ -838,33 +846,40 @@ class ForeignAsyncSteps:
         _check(lib.ftnpy_f_free(self._ptr), "free()")
 
     def __bool__(self) -> bool:
+        """The table's ``isValid``."""
         out = ffi.new("int *")
         _check(lib.ftnpy_f_is_valid(self._ptr, out), "isValid()")
         return bool(out[0])
 
     def root_id(self) -> int:
+        """The table's ``rootId``: the same number for all steps of one sequential flow."""
         out = ffi.new("ptrdiff_t *")
         _check(lib.ftnpy_f_root_id(self._ptr, out), "rootId()")
         return int(out[0])
 
     # execution API
     def success(self, *args: Any) -> None:
+        """Complete the step with ``args`` (at most four, moved to the implementation)."""
         cargs = emit_args(args, True, [])  # never NULL: no values is an empty FutoInArgs
         _check(lib.ftnpy_f_success(self._ptr, cargs), "success()")
 
     def error(self, code: str, info: Any = None) -> None:
+        """Fail the step through ``handle_error(code, info)``, then raise to leave the callback."""
         cinfo = NULL if info is None else str(info).encode("utf-8")
         _check(lib.ftnpy_f_handle_error(self._ptr, code.encode("utf-8"), cinfo), "handle_error()")
         raise _Reported(code, info)
 
     def set_timeout(self, timeout_ms: float) -> None:
+        """The table's ``setTimeout`` (milliseconds)."""
         _check(lib.ftnpy_f_set_timeout(self._ptr, int(timeout_ms)), "setTimeout()")
 
     def set_cancel(self, oncancel: Callable[[Any], Any]) -> None:
+        """Wait for an external event; ``oncancel(asi)`` runs if the step is cancelled."""
         h = _handle(self._keep, oncancel)
         _check(lib.ftnpy_f_set_cancel(self._ptr, h, lib.ftnpy_py_cancel_cb), "setCancel()")
 
     def wait_external(self) -> None:
+        """Wait for an external ``success()``/``error()`` (``waitExternal``)."""
         _check(lib.ftnpy_f_wait_external(self._ptr), "waitExternal()")
 
     def stack(
@@ -892,11 +907,13 @@ class ForeignAsyncSteps:
 
     # loops
     def loop(self, func: Callable[..., Any], label: str | None = None) -> Any:
+        """Add a loop running ``func(asi)`` until it breaks (``loop``)."""
         h = _handle(self._keep, func)
         _check(lib.ftnpy_f_loop(self._ptr, h, lib.ftnpy_py_loop_cb, _label(label)), "loop()")
         return self
 
     def repeat(self, count: int, func: Callable[..., Any], label: str | None = None) -> Any:
+        """Add a loop running ``func(asi, i)`` for ``i`` in ``range(count)`` (``repeat``)."""
         h = _handle(self._keep, func)
         _check(
             lib.ftnpy_f_repeat(self._ptr, h, count, lib.ftnpy_py_repeat_cb, _label(label)),
@@ -910,21 +927,26 @@ class ForeignAsyncSteps:
         func: Callable[..., Any],
         label: str | None = None,
     ) -> Any:
+        """Add a loop over a snapshot of ``collection``: ``func(asi, key, value)`` for a
+        mapping, ``func(asi, index, item)`` otherwise (built on ``repeat``)."""
         items = list(
             collection.items() if isinstance(collection, Mapping) else enumerate(collection)
         )
         return self.repeat(len(items), lambda asi, i: func(asi, *items[i]), label)
 
     def break_loop(self, label: str | None = None) -> None:
+        """Break the (labelled) loop through ``breakLoop``, then raise to leave the callback."""
         _check(lib.ftnpy_f_break_loop(self._ptr, _label(label)), "breakLoop()")
         raise _Thrown("breakLoop")
 
     def continue_loop(self, label: str | None = None) -> None:
+        """Continue the (labelled) loop through ``continueLoop``, then raise to leave."""
         _check(lib.ftnpy_f_continue_loop(self._ptr, _label(label)), "continueLoop()")
         raise _Thrown("continueLoop")
 
     # control API
     def execute(self, unhandled_error: Callable[[str], object] | None = None) -> None:
+        """Start this root; ``unhandled_error(code)`` gets an error no handler took."""
         h = _handle(self._keep, unhandled_error)
         _run_c(
             None,
@@ -935,11 +957,15 @@ class ForeignAsyncSteps:
         )
 
     def cancel(self) -> None:
+        """Cancel this root (``cancel``)."""
         _check(lib.ftnpy_f_cancel(self._ptr), "cancel()")
 
     # AsyncTool part of the table
     @property
-    def tool(self) -> _ForeignTool:
+    def tool(self) -> Any:
+        """The table's scheduler, shaped like an AsyncTool: ``immediate(func)``,
+        ``deferred(ms, func)``, ``cancel(handle)``, ``is_valid(handle)``,
+        ``is_same_thread()``; handles are ``FutoInHandle *``."""
         return _ForeignTool(self)
 
     # spec aliases

@@ -271,9 +271,6 @@ int ftnpy_f_is_same_thread(FutoInAsyncSteps* bsi, int* out);
 int ftnpy_f_lock(FutoInSync* sync, FutoInAsyncSteps* bsi);
 int ftnpy_f_unlock(FutoInSync* sync, FutoInAsyncSteps* bsi);
 
-/* benchmark hook (_bench.py) */
-void ftnpy_bench_loop(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
-size_t ftnpy_bench_count(void);
 
 extern "Python" {
     /* our AsyncSteps table; h is the handle of the Python binding */
@@ -885,35 +882,6 @@ void ftnpy_call_state_cleanup(ftnpy_state_cleanup_f f, void* data, void* value)
 void ftnpy_call_stack_cleanup(ftnpy_stack_cleanup_f f, void* value)
 {
     f(value);
-}
-
-/* --- benchmark: n trivial C steps, through the public table only ---- */
-
-static size_t ftnpy_bench_steps;
-
-static void ftnpy_bench_step(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args)
-{
-    (void)data;
-    (void)args;
-    ++ftnpy_bench_steps;
-    bsi->api->success(bsi, NULL);
-}
-
-static void ftnpy_bench_body(FutoInAsyncSteps* bsi, void* data, size_t i)
-{
-    (void)i;
-    bsi->api->add(bsi, data, ftnpy_bench_step, NULL);
-}
-
-void ftnpy_bench_loop(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args)
-{
-    (void)args;
-    bsi->api->repeat(bsi, NULL, (size_t)(uintptr_t)data, ftnpy_bench_body, NULL);
-}
-
-size_t ftnpy_bench_count(void)
-{
-    return ftnpy_bench_steps;
 }
 
 /* --- calling foreign tables from Python ---------------------------- */

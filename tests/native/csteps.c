@@ -26,6 +26,7 @@ typedef struct {
     int stack_zeroed;
     int shared_counter_seen;
     char log[512];
+    int bench_steps;
 } CStats;
 
 CStats c_stats;
@@ -569,6 +570,7 @@ static void c_bench_step(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* ar
 {
     (void)data;
     (void)args;
+    ++c_stats.bench_steps;
     bsi->api->success(bsi, NULL);
 }
 

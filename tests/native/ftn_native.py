@@ -83,6 +83,7 @@ typedef struct {
     int stack_zeroed;
     int shared_counter_seen;
     char log[512];
+    int bench_steps;
 } CStats;
 void c_reset(void);
 CStats* c_get_stats(void);
