@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - only without the compiled exten
     raise ImportError(
         "futoin_anyio.binary needs its compiled cffi extension (futoin_anyio.binary._ffi): "
         "install futoin_anyio with a C compiler available (pip install .), or run "
-        "`python futoin_anyio/binary/_build_ffi.py` in a source checkout"
+        "`python ffi/build.py` in a source checkout"
     ) from exc
 
 __all__ = (

@@ -15,9 +15,10 @@ from types import ModuleType
 from cffi import FFI
 
 import futoin_anyio.binary
-from futoin_anyio.binary._build_ffi import CDEF_SPEC
 
 HERE = Path(__file__).resolve().parent
+# the spec's declarations in cffi's dialect, as the extension's build uses them
+CDEF_SPEC = (HERE.parent.parent / "ffi" / "futoin_cdef.h").read_text(encoding="utf-8")
 
 
 def have_compiler() -> bool:
