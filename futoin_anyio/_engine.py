@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from functools import partial
+from importlib import import_module
 from inspect import isawaitable, iscoroutine
 from sys import getrefcount
 from threading import get_ident
@@ -179,9 +180,7 @@ class AsyncSteps:
         """Add a step synchronised against ``obj`` (a Mutex, Throttle, Limiter or any ISync)."""
         sync = getattr(obj, "sync", None)
         if sync is None and _is_cdata(obj):  # a foreign FutoInSync * has no sync attribute
-            from .binary import _bridge
-
-            sync = _bridge.wrap_sync(obj).sync
+            sync = _binary().wrap_sync(obj).sync
         if not callable(sync):
             _internal(f"sync(): {type(obj).__name__} does not implement ISync (no sync() method)")
         if not callable(func):
@@ -566,16 +565,12 @@ class AsyncSteps:
 
     def binary(self) -> Any:
         """The ``FutoInAsyncSteps *`` of this step for C code (see :mod:`futoin_anyio.binary`)."""
-        from .binary import _bridge
-
-        return _bridge.binary_of(self)
+        return _binary().binary_of(self)
 
     @staticmethod
     def wrap(ptr: Any) -> AsyncSteps:
         """An AsyncSteps interface over a ``FutoInAsyncSteps *`` (ours or a foreign one)."""
-        from .binary import _bridge
-
-        return _bridge.wrap(ptr)  # type: ignore[no-any-return]
+        return _binary().wrap(ptr)  # type: ignore[no-any-return]
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -1272,3 +1267,23 @@ def go_on_with(asi: AsyncSteps, item: _Item, args: tuple[Any, ...]) -> bool:
     flow.args = args
     flow.driver._schedule(flow)
     return True
+
+
+# -- the binary interface (futoin_anyio.binary, §2.7) plugs in here --------------------------------
+
+_binary_adapter: Any = None
+
+
+def register_binary(adapter: Any) -> None:
+    """Install the binary interface: ``binary_of(asi)``, ``wrap(ptr)``, ``wrap_sync(ptr)``.
+
+    ``futoin_anyio.binary`` registers itself when imported; the engine knows nothing else of C.
+    """
+    global _binary_adapter
+    _binary_adapter = adapter
+
+
+def _binary() -> Any:
+    if _binary_adapter is None:
+        import_module("futoin_anyio.binary")  # registers itself (or says what is missing)
+    return _binary_adapter

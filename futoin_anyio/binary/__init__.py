@@ -40,6 +40,11 @@ except ImportError as exc:  # pragma: no cover - only without the compiled exten
         "`python ffi/build.py` in a source checkout"
     ) from exc
 
+from .. import _engine
+from . import _bridge
+
+_engine.register_binary(_bridge)
+
 __all__ = (
     "MAX_ARGS",
     "BinaryFloat",
