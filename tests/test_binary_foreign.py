@@ -17,7 +17,7 @@ import pytest
 from futoin_anyio.binary._ffi import ffi
 
 from futoin_anyio import FutoInError
-from futoin_anyio.binary import _bridge, _values
+from futoin_anyio.binary import _bridge, _foreign, _values
 from futoin_anyio.binary._values import (
     FTN_TYPE_ARRAY,
     FTN_TYPE_BOOL,
@@ -217,11 +217,11 @@ def test_state_is_released_with_the_root(flib: Any) -> None:
     ptr = flib.f_new_root()
     root = _bridge.wrap(ptr)
     root.add(lambda asi: asi.state.update(x=1))
-    before = len(_bridge._states)
+    before = len(_foreign._states)
     assert run(root) == []
-    assert len(_bridge._states) == before + 1
+    assert len(_foreign._states) == before + 1
     flib.f_free_root(ptr)
-    assert len(_bridge._states) == before
+    assert len(_foreign._states) == before
     assert flib.f_get_stats().freed == 1
 
 

@@ -14,7 +14,7 @@ import pytest
 import trio.testing
 
 from futoin_anyio import AsyncSteps, AsyncTool, FutoInError
-from futoin_anyio.binary import _bridge
+from futoin_anyio.binary import _bridge, _ours
 from futoin_anyio.binary._values import (
     FTN_TYPE_ARRAY,
     FTN_TYPE_BOOL,
@@ -367,12 +367,12 @@ async def test_a_loop_of_c_steps(c: ModuleType) -> None:
 async def test_sched_entry_goes_with_its_timer(c: ModuleType) -> None:
     """Issue 18 row 7: a C step's sched_deferred() outliving its root leaves nothing behind."""
     gc.collect()
-    before = len(_bridge._sched)
+    before = len(_ours._sched)
     # promise(): each root has a private driver; it ends with the root, and the timer with it
     for _ in range(50):
         await run(cstep(c, "c_sched_far", 60000))
     gc.collect()
-    assert len(_bridge._sched) == before
+    assert len(_ours._sched) == before
     assert stats(c).sched_fired == 0
     # in a tool the entry lives exactly as long as its timer: until it fires
     async with AsyncTool():
@@ -382,8 +382,8 @@ async def test_sched_entry_goes_with_its_timer(c: ModuleType) -> None:
             root.execute()
         await anyio.sleep(0.05)
         gc.collect()
-        assert len(_bridge._sched) == before + 3  # roots ended, timers pending
+        assert len(_ours._sched) == before + 3  # roots ended, timers pending
         await anyio.sleep(1)
         assert stats(c).sched_fired == 3
     gc.collect()
-    assert len(_bridge._sched) == before
+    assert len(_ours._sched) == before

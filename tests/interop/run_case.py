@@ -21,7 +21,7 @@ import anyio
 from cffi import FFI
 
 from futoin_anyio import AsyncSteps, AsyncTool, FutoInError
-from futoin_anyio.binary import _bridge, _ffi
+from futoin_anyio.binary import _bridge, _ffi, _ours
 
 CDEF = """
 const char* cpp_log(void);
@@ -278,9 +278,9 @@ async def cpp_sched_outlives_root() -> Any:
             root = AsyncSteps()
             root.add(step("cpp_sched_far"))
             await root.promise()
-        pending = len(_bridge._sched)
+        pending = len(_ours._sched)
     gc.collect()
-    return {"pending_while_tool_runs": pending, "left_after_tool": len(_bridge._sched)}
+    return {"pending_while_tool_runs": pending, "left_after_tool": len(_ours._sched)}
 
 
 # -- Py -> C++ ------------------------------------------------------------------------------
