@@ -32,34 +32,11 @@ typedef struct {
     void* handle;
 } FtnPySync;
 
-/* extern "Python" trampolines (defined by cffi below, in _bridge.py) */
-static void ftnpy_py_add(void*, void*, FutoInAsyncSteps_execute_callback,
-        FutoInAsyncSteps_error_callback);
-static FutoInAsyncSteps* ftnpy_py_parallel(void*, void*, FutoInAsyncSteps_error_callback);
-static void* ftnpy_py_state_variable(void*, void*, const char*, ftnpy_alloc_f,
-        ftnpy_state_cleanup_f);
-static void* ftnpy_py_stack(void*, size_t, ftnpy_stack_cleanup_f);
+/* extern "Python" trampolines (defined by cffi, in futoin_anyio/binary/_ours.py and
+ * _sync.py); those of the generic table functions are declared in ftnpy_table.h */
 static void ftnpy_py_success(void*, FutoInArgs*);
-static void ftnpy_py_handle_error(void*, const char*, const char*);
-static void ftnpy_py_set_timeout(void*, uint32_t);
-static void ftnpy_py_set_cancel(void*, void*, FutoInAsyncSteps_cancel_callback);
-static void ftnpy_py_wait_external(void*);
-static void ftnpy_py_loop(void*, void*, ftnpy_loop_f, const char*);
-static void ftnpy_py_repeat(void*, void*, size_t, ftnpy_repeat_f, const char*);
-static void ftnpy_py_break_loop(void*, const char*);
-static void ftnpy_py_continue_loop(void*, const char*);
-static void ftnpy_py_execute(void*, void*, FutoInAsyncSteps_error_callback);
-static void ftnpy_py_cancel(void*);
-static void ftnpy_py_add_sync(void*, FutoInSync*, void*, FutoInAsyncSteps_execute_callback,
-        FutoInAsyncSteps_error_callback);
-static ptrdiff_t ftnpy_py_root_id(void*);
 static int ftnpy_py_is_valid(void*);
-static FutoInAsyncSteps* ftnpy_py_new_instance(void*);
-static void ftnpy_py_free(void*);
 static void ftnpy_py_sched(void*, int, uint32_t, void*, ftnpy_sched_f, FutoInHandle*);
-static void ftnpy_py_sched_cancel(void*, FutoInHandle*);
-static int ftnpy_py_sched_is_valid(void*, FutoInHandle*);
-static int ftnpy_py_is_same_thread(void*);
 static void ftnpy_py_misuse(const char*, const char*);
 static void ftnpy_py_release(FutoInBinaryValue*);
 static void ftnpy_py_lock(void*, FutoInAsyncSteps*);
@@ -196,32 +173,8 @@ static FtnPyAsyncSteps* ftnpy_self(FutoInAsyncSteps* bsi, const char* func)
 
 #define FTNPY_SELF(name) FtnPyAsyncSteps* s = ftnpy_self(bsi, name)
 
-static void ftnpy_add(FutoInAsyncSteps* bsi, void* data, FutoInAsyncSteps_execute_callback f,
-        FutoInAsyncSteps_error_callback eh)
-{
-    FTNPY_SELF("add");
-    if (s) ftnpy_py_add(s->handle, data, f, eh);
-}
-
-static FutoInAsyncSteps* ftnpy_parallel(FutoInAsyncSteps* bsi, void* data,
-        FutoInAsyncSteps_error_callback eh)
-{
-    FTNPY_SELF("parallel");
-    return s ? ftnpy_py_parallel(s->handle, data, eh) : NULL;
-}
-
-static void* ftnpy_state_variable(FutoInAsyncSteps* bsi, void* data, const char* name,
-        ftnpy_alloc_f allocate, ftnpy_state_cleanup_f cleanup)
-{
-    FTNPY_SELF("stateVariable");
-    return s ? ftnpy_py_state_variable(s->handle, data, name, allocate, cleanup) : NULL;
-}
-
-static void* ftnpy_stack(FutoInAsyncSteps* bsi, size_t size, ftnpy_stack_cleanup_f cleanup)
-{
-    FTNPY_SELF("stack");
-    return s ? ftnpy_py_stack(s->handle, size, cleanup) : NULL;
-}
+/* the generic table functions and FTNPY_API_INIT, generated from ffi/table.py */
+#include "ftnpy_table.h"
 
 static void ftnpy_success(FutoInAsyncSteps* bsi, FutoInArgs* args)
 {
@@ -233,99 +186,12 @@ static void ftnpy_success(FutoInAsyncSteps* bsi, FutoInArgs* args)
     }
 }
 
-static void ftnpy_handle_error(FutoInAsyncSteps* bsi, const char* code, const char* info)
-{
-    FTNPY_SELF("handle_error");
-    if (s) ftnpy_py_handle_error(s->handle, code, info);
-}
-
-static void ftnpy_set_timeout(FutoInAsyncSteps* bsi, uint32_t ms)
-{
-    FTNPY_SELF("setTimeout");
-    if (s) ftnpy_py_set_timeout(s->handle, ms);
-}
-
-static void ftnpy_set_cancel(FutoInAsyncSteps* bsi, void* data,
-        FutoInAsyncSteps_cancel_callback ch)
-{
-    FTNPY_SELF("setCancel");
-    if (s) ftnpy_py_set_cancel(s->handle, data, ch);
-}
-
-static void ftnpy_wait_external(FutoInAsyncSteps* bsi)
-{
-    FTNPY_SELF("waitExternal");
-    if (s) ftnpy_py_wait_external(s->handle);
-}
-
-static void ftnpy_loop(FutoInAsyncSteps* bsi, void* data, ftnpy_loop_f f, const char* label)
-{
-    FTNPY_SELF("loop");
-    if (s) ftnpy_py_loop(s->handle, data, f, label);
-}
-
-static void ftnpy_repeat(FutoInAsyncSteps* bsi, void* data, size_t count, ftnpy_repeat_f f,
-        const char* label)
-{
-    FTNPY_SELF("repeat");
-    if (s) ftnpy_py_repeat(s->handle, data, count, f, label);
-}
-
-static void ftnpy_break_loop(FutoInAsyncSteps* bsi, const char* label)
-{
-    FTNPY_SELF("breakLoop");
-    if (s) ftnpy_py_break_loop(s->handle, label);
-}
-
-static void ftnpy_continue_loop(FutoInAsyncSteps* bsi, const char* label)
-{
-    FTNPY_SELF("continueLoop");
-    if (s) ftnpy_py_continue_loop(s->handle, label);
-}
-
-static void ftnpy_execute(FutoInAsyncSteps* bsi, void* data, FutoInAsyncSteps_error_callback eh)
-{
-    FTNPY_SELF("execute");
-    if (s) ftnpy_py_execute(s->handle, data, eh);
-}
-
-static void ftnpy_cancel(FutoInAsyncSteps* bsi)
-{
-    FTNPY_SELF("cancel");
-    if (s) ftnpy_py_cancel(s->handle);
-}
-
-static void ftnpy_add_sync(FutoInAsyncSteps* bsi, FutoInSync* sync, void* data,
-        FutoInAsyncSteps_execute_callback f, FutoInAsyncSteps_error_callback eh)
-{
-    FTNPY_SELF("addSync");
-    if (s) ftnpy_py_add_sync(s->handle, sync, data, f, eh);
-}
-
-static ptrdiff_t ftnpy_root_id(FutoInAsyncSteps* bsi)
-{
-    FTNPY_SELF("rootId");
-    return s ? ftnpy_py_root_id(s->handle) : 0;
-}
-
 static int ftnpy_is_valid(FutoInAsyncSteps* bsi)
 {
     /* isValid() is the one query that must answer on a freed object. */
     FtnPyAsyncSteps* s = (FtnPyAsyncSteps*)bsi;
     if (!bsi || s->magic != FTNPY_ALIVE || !s->handle) return 0;
     return ftnpy_py_is_valid(s->handle);
-}
-
-static FutoInAsyncSteps* ftnpy_new_instance(FutoInAsyncSteps* bsi)
-{
-    FTNPY_SELF("newInstance");
-    return s ? ftnpy_py_new_instance(s->handle) : NULL;
-}
-
-static void ftnpy_free(FutoInAsyncSteps* bsi)
-{
-    FTNPY_SELF("free");
-    if (s) ftnpy_py_free(s->handle);
 }
 
 static FutoInHandle ftnpy_sched_immediate(FutoInAsyncSteps* bsi, void* data, ftnpy_sched_f cb)
@@ -345,50 +211,8 @@ static FutoInHandle ftnpy_sched_deferred(FutoInAsyncSteps* bsi, uint32_t ms, voi
     return out;
 }
 
-static void ftnpy_sched_cancel(FutoInAsyncSteps* bsi, FutoInHandle* handle)
-{
-    FTNPY_SELF("sched_cancel");
-    if (s) ftnpy_py_sched_cancel(s->handle, handle);
-}
-
-static int ftnpy_sched_is_valid(FutoInAsyncSteps* bsi, FutoInHandle* handle)
-{
-    FTNPY_SELF("sched_is_valid");
-    return s ? ftnpy_py_sched_is_valid(s->handle, handle) : 0;
-}
-
-static int ftnpy_is_same_thread(FutoInAsyncSteps* bsi)
-{
-    FTNPY_SELF("is_same_thread");
-    return s ? ftnpy_py_is_same_thread(s->handle) : 0;
-}
-
 static const FutoInAsyncStepsAPI ftnpy_api = { { {
-    ftnpy_add,
-    ftnpy_parallel,
-    ftnpy_state_variable,
-    ftnpy_stack,
-    ftnpy_success,
-    ftnpy_handle_error,
-    ftnpy_set_timeout,
-    ftnpy_set_cancel,
-    ftnpy_wait_external,
-    ftnpy_loop,
-    ftnpy_repeat,
-    ftnpy_break_loop,
-    ftnpy_continue_loop,
-    ftnpy_execute,
-    ftnpy_cancel,
-    ftnpy_add_sync,
-    ftnpy_root_id,
-    ftnpy_is_valid,
-    ftnpy_new_instance,
-    ftnpy_free,
-    ftnpy_sched_immediate,
-    ftnpy_sched_deferred,
-    ftnpy_sched_cancel,
-    ftnpy_sched_is_valid,
-    ftnpy_is_same_thread,
+    FTNPY_API_INIT
 } } };
 
 FutoInAsyncSteps* ftnpy_asi_init(FtnPyAsyncSteps* s, void* handle)

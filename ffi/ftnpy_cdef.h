@@ -54,35 +54,12 @@ int ftnpy_f_lock(FutoInSync* sync, FutoInAsyncSteps* bsi);
 int ftnpy_f_unlock(FutoInSync* sync, FutoInAsyncSteps* bsi);
 
 extern "Python" {
-    /* our AsyncSteps table; h is the handle of the Python binding */
-    void ftnpy_py_add(void* h, void* data, FutoInAsyncSteps_execute_callback f,
-            FutoInAsyncSteps_error_callback eh);
-    FutoInAsyncSteps* ftnpy_py_parallel(void* h, void* data, FutoInAsyncSteps_error_callback eh);
-    void* ftnpy_py_state_variable(void* h, void* data, const char* name,
-            ftnpy_alloc_f allocate, ftnpy_state_cleanup_f cleanup);
-    void* ftnpy_py_stack(void* h, size_t size, ftnpy_stack_cleanup_f cleanup);
+    /* our AsyncSteps table (the generic entries are generated from table.py); h is the
+     * handle of the Python binding */
     void ftnpy_py_success(void* h, FutoInArgs* args);
-    void ftnpy_py_handle_error(void* h, const char* code, const char* info);
-    void ftnpy_py_set_timeout(void* h, uint32_t ms);
-    void ftnpy_py_set_cancel(void* h, void* data, FutoInAsyncSteps_cancel_callback ch);
-    void ftnpy_py_wait_external(void* h);
-    void ftnpy_py_loop(void* h, void* data, ftnpy_loop_f f, const char* label);
-    void ftnpy_py_repeat(void* h, void* data, size_t count, ftnpy_repeat_f f, const char* label);
-    void ftnpy_py_break_loop(void* h, const char* label);
-    void ftnpy_py_continue_loop(void* h, const char* label);
-    void ftnpy_py_execute(void* h, void* data, FutoInAsyncSteps_error_callback eh);
-    void ftnpy_py_cancel(void* h);
-    void ftnpy_py_add_sync(void* h, FutoInSync* sync, void* data,
-            FutoInAsyncSteps_execute_callback f, FutoInAsyncSteps_error_callback eh);
-    ptrdiff_t ftnpy_py_root_id(void* h);
     int ftnpy_py_is_valid(void* h);
-    FutoInAsyncSteps* ftnpy_py_new_instance(void* h);
-    void ftnpy_py_free(void* h);
     void ftnpy_py_sched(void* h, int deferred, uint32_t ms, void* data, ftnpy_sched_f cb,
             FutoInHandle* out);
-    void ftnpy_py_sched_cancel(void* h, FutoInHandle* handle);
-    int ftnpy_py_sched_is_valid(void* h, FutoInHandle* handle);
-    int ftnpy_py_is_same_thread(void* h);
     void ftnpy_py_misuse(const char* func, const char* what);
     void ftnpy_py_release(FutoInBinaryValue* v);
     /* our FutoInSync table */

@@ -1,9 +1,14 @@
 """The 25 functions of ``FutoInAsyncStepsAPI`` (FTN12 2.7.3), in the spec's order: declared once.
 
-``build.py`` generates from it the ``ftnpy_f_<name>`` C functions through which Python calls a
-foreign table (each checks the pointer and the function for NULL) and their cffi
-declarations; ``tests/test_binary_table.py`` checks it against ``futoin.h``, against our own
-table in ``ftnpy.c`` and against the Python side.
+``build.py`` generates from it, for our side, each table function ``ftnpy_<name>`` (check the
+pointer, call the ``extern "Python"`` trampoline ``ftnpy_py_<name>`` with the Python handle),
+the trampolines' declarations and the table's initialiser (except the few in :data:`CUSTOM`,
+written in ``ftnpy.c``); for the foreign side, the ``ftnpy_f_<name>`` functions through which
+Python calls a foreign table (each checks the pointer and the function for NULL).
+``tests/test_binary_table.py`` checks it against ``futoin.h`` and the Python side.
+
+Adding a table function: ``futoin.h`` (and its cffi copy ``futoin_cdef.h``), an entry here, the
+trampoline in ``_ours.py`` and the method of ``ForeignAsyncSteps``.
 """
 
 from __future__ import annotations
@@ -112,6 +117,44 @@ TABLE: tuple[Entry, ...] = (
     Entry(23, "sched_is_valid", "sched_is_valid", "FutoInHandle* handle", "handle", "int"),
     Entry(24, "is_same_thread", "is_same_thread", "", "", "int"),
 )
+
+
+#: entries whose table function is written by hand in ftnpy.c: success() resets the values it
+#: owns on misuse, isValid() answers on a freed pointer, the scheduler returns a FutoInHandle
+CUSTOM = frozenset({"success", "is_valid", "sched_immediate", "sched_deferred"})
+
+
+def _params(e: Entry, first: str) -> str:
+    return first + (", " + e.params if e.params else "")
+
+
+def _default(e: Entry) -> str:
+    return "NULL" if e.ret is not None and e.ret.endswith("*") else "0"
+
+
+def trampoline_decl(e: Entry) -> str:
+    """The ``extern "Python"`` declaration of our trampoline for a generic entry."""
+    return f"{e.ret or 'void'} ftnpy_py_{e.name}({_params(e, 'void* h')})"
+
+
+def ours_csource() -> str:
+    """Generic table functions of our side, forward declarations, FTNPY_API_INIT."""
+    out = ["/* generated from ffi/table.py by ffi/build.py */"]
+    generic = [e for e in TABLE if e.name not in CUSTOM]
+    out.append("\n".join(f"static {trampoline_decl(e)};" for e in generic))
+    for e in generic:
+        call = f"ftnpy_py_{e.name}(s->handle{', ' + e.args if e.args else ''})"
+        head = f"static {e.ret or 'void'} ftnpy_{e.name}({_params(e, 'FutoInAsyncSteps* bsi')})"
+        body = f"    if (s) {call};" if e.ret is None else f"    return s ? {call} : {_default(e)};"
+        out.append(f'{head}\n{{\n    FTNPY_SELF("{e.field}");\n{body}\n}}')
+    init = " \\\n".join(f"    ftnpy_{e.name}," for e in TABLE)
+    out.append(f"#define FTNPY_API_INIT \\\n{init}")
+    return "\n\n".join(out) + "\n"
+
+
+def ours_cdef() -> str:
+    generic = [e for e in TABLE if e.name not in CUSTOM]
+    return 'extern "Python" {\n' + "".join(f"    {trampoline_decl(e)};\n" for e in generic) + "}\n"
 
 
 def foreign_call_decl(e: Entry) -> str:
