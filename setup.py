@@ -2,4 +2,4 @@
 
 from setuptools import setup
 
-setup(cffi_modules=["futoin_anyio/binary/_build_ffi.py:ffi"])
+setup(cffi_modules=["ffi/build.py:ffi"])

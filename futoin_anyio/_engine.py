@@ -28,6 +28,7 @@ import sys
 from asyncio import sleep as _asyncio_sleep
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from functools import partial
+from importlib import import_module
 from inspect import CORO_CREATED, getcoroutinestate, isawaitable, iscoroutine
 from sys import getrefcount
 from threading import get_ident
@@ -200,9 +201,7 @@ class AsyncSteps:
         Threads: as :meth:`add`."""
         sync = getattr(obj, "sync", None)
         if sync is None and _is_cdata(obj):  # a foreign FutoInSync * has no sync attribute
-            from .binary import _bridge
-
-            sync = _bridge.wrap_sync(obj).sync
+            sync = _binary().wrap_sync(obj).sync
         if not callable(sync):
             _internal(f"sync(): {type(obj).__name__} does not implement ISync (no sync() method)")
         if not callable(func):
@@ -656,18 +655,14 @@ class AsyncSteps:
         """The ``FutoInAsyncSteps *`` of this step for C code (see :mod:`futoin_anyio.binary`).
 
         Loop thread (its functions too, but ``success``/``error`` of a waiting step)."""
-        from .binary import _bridge
-
-        return _bridge.binary_of(self)
+        return _binary().binary_of(self)
 
     @staticmethod
     def wrap(ptr: Any) -> AsyncSteps:
         """An AsyncSteps interface over a ``FutoInAsyncSteps *`` (ours or a foreign one).
 
         Any thread; the interface follows the threads rules of the object it wraps."""
-        from .binary import _bridge
-
-        return _bridge.wrap(ptr)  # type: ignore[no-any-return]
+        return _binary().wrap(ptr)  # type: ignore[no-any-return]
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -896,6 +891,8 @@ class _Flow:
                 args = self.args
                 if not args:
                     res = func(step)
+                elif type(args) is not tuple:  # values from C: fit() to what func declares
+                    res = func(step, *args.fit(func))  # type: ignore[attr-defined]
                 elif len(args) == 1:
                     res = func(step, args[0])
                 else:
@@ -1556,3 +1553,23 @@ def go_on_with(asi: AsyncSteps, item: _Item, args: tuple[Any, ...]) -> bool:
     flow.args = args
     flow.driver._schedule(flow)
     return True
+
+
+# -- the binary interface (futoin_anyio.binary, §2.7) plugs in here --------------------------------
+
+_binary_adapter: Any = None
+
+
+def register_binary(adapter: Any) -> None:
+    """Install the binary interface: ``binary_of(asi)``, ``wrap(ptr)``, ``wrap_sync(ptr)``.
+
+    ``futoin_anyio.binary`` registers itself when imported; the engine knows nothing else of C.
+    """
+    global _binary_adapter
+    _binary_adapter = adapter
+
+
+def _binary() -> Any:
+    if _binary_adapter is None:
+        import_module("futoin_anyio.binary")  # registers itself (or says what is missing)
+    return _binary_adapter

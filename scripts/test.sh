@@ -15,4 +15,21 @@ fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
 # Builds the cffi extension of the binary bridge: needs a C compiler.
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[test,trio]"
+# The interop tests (tests/test_interop_reference.py) build the FutoIn C++ reference from the
+# folder named by FUTOIN_CPP_REFERENCE: ../shared/third_party when that exists. They need g++
+# and the Boost headers, installed here when possible (root with apt-get).
+if [ -z "${FUTOIN_CPP_REFERENCE:-}" ] && [ -d ../shared/third_party ]; then
+    FUTOIN_CPP_REFERENCE="$(cd ../shared/third_party && pwd)"
+    export FUTOIN_CPP_REFERENCE
+fi
+if [ -n "${FUTOIN_CPP_REFERENCE:-}" ] && [ ! -f /usr/include/boost/version.hpp ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing the Boost headers for the C++ reference build (libboost-dev)"
+        apt-get install -y -q libboost-dev >/dev/null 2>&1 \
+            || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libboost-dev >/dev/null 2>&1; } \
+            || echo "could not install libboost-dev: the interop tests will fail saying so" >&2
+    else
+        echo "the interop tests need the Boost headers: apt-get install libboost-dev" >&2
+    fi
+fi
 exec "$VENV/bin/python" -m pytest "$@"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import FunctionType
+
 import futoin_anyio
 from futoin_anyio import AsyncSteps
 
@@ -11,6 +13,24 @@ def test_all_names_are_exported_and_public() -> None:
     for name in futoin_anyio.__all__:
         obj = getattr(futoin_anyio, name)
         assert obj.__module__ == "futoin_anyio", name
+
+
+def test_binary_names_are_exported_and_public() -> None:
+    import futoin_anyio.binary as binary
+
+    assert len(set(binary.__all__)) == len(binary.__all__)
+    not_exported = ("os", "annotations")
+    assert sorted(binary.__all__) == sorted(
+        name for name in vars(binary) if not name.startswith("_") and name not in not_exported
+    )
+    for name in binary.__all__:
+        obj = getattr(binary, name)
+        if isinstance(obj, (type, FunctionType)):
+            assert obj.__module__ == "futoin_anyio.binary", name
+    # every public method of ForeignAsyncSteps is documented (the API page lists them)
+    for name, member in vars(binary.ForeignAsyncSteps).items():
+        if not name.startswith("_") and callable(getattr(member, "fget", member)):
+            assert getattr(member, "__doc__", None), name
 
 
 def test_contract_imports() -> None:

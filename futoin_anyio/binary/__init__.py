@@ -9,8 +9,8 @@ and ``#include "futoin.h"`` gives ``FutoInAsyncSteps``, ``FutoInArgs``,
 
 ``asi.binary()`` gives C a ``FutoInAsyncSteps *`` for a step; ``AsyncSteps.wrap(ptr)``
 gives Python an AsyncSteps interface over any such pointer (ours or a foreign one);
-:func:`c_step` turns a C execute callback into a Python step. See ``README.md`` in this
-folder for ownership rules and what cannot be checked.
+:func:`c_step` turns a C execute callback into a Python step. The conventions (ownership,
+lifetimes, what cannot be checked) are in the documentation's "The binary interface" page.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ try:
     from ._bridge import sync_binary_of as sync_binary_of
     from ._bridge import wrap_sync as wrap_sync
     from ._values import MAX_ARGS as MAX_ARGS
+    from ._values import BinaryFloat as BinaryFloat
+    from ._values import BinaryInt as BinaryInt
+    from ._values import BinaryStr as BinaryStr
     from ._values import ForeignObject as ForeignObject
     from ._values import Typed as Typed
 except ImportError as exc:  # pragma: no cover - only without the compiled extension
@@ -34,11 +37,19 @@ except ImportError as exc:  # pragma: no cover - only without the compiled exten
     raise ImportError(
         "futoin_anyio.binary needs its compiled cffi extension (futoin_anyio.binary._ffi): "
         "install futoin_anyio with a C compiler available (pip install .), or run "
-        "`python futoin_anyio/binary/_build_ffi.py` in a source checkout"
+        "`python ffi/build.py` in a source checkout"
     ) from exc
+
+from .. import _engine
+from . import _bridge
+
+_engine.register_binary(_bridge)
 
 __all__ = (
     "MAX_ARGS",
+    "BinaryFloat",
+    "BinaryInt",
+    "BinaryStr",
     "ForeignAsyncSteps",
     "ForeignObject",
     "ForeignSync",
@@ -58,3 +69,15 @@ def get_include() -> str:
     Like :func:`numpy.get_include`, it points inside the installed package.
     """
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
+def _fixup_module_metadata() -> None:
+    """Show public objects under their public path (clean reprs, tracebacks and docs)."""
+    for name in __all__:
+        obj = globals()[name]
+        if getattr(obj, "__module__", "").startswith(__name__ + "._"):
+            obj.__module__ = __name__
+
+
+_fixup_module_metadata()
+del _fixup_module_metadata

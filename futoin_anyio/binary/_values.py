@@ -1,21 +1,22 @@
 """Python values <-> ``FutoInBinaryValue`` (FTN12 §2.7.1).
 
-Ownership rules (the spec leaves them to the implementation; these follow C++
-practice):
+Ownership follows the C++ reference implementation (the spec leaves it open):
 
-- ``const FutoInArgs *`` handed to an execute callback is *borrowed*: the
-  callee reads it during the call; the caller cleans it up afterwards.
-- ``FutoInArgs *`` given to ``success()`` is *moved*: the receiver calls each
-  value's ``type->cleanup`` exactly once when done with it.
+- ``FutoInArgs *`` given to ``success()`` and the ``FutoInArgs *`` handed to an
+  execute callback are both *moved*: the receiver owns every value and calls its
+  ``type->cleanup`` exactly once, or moves it on (taking it and setting the slot's
+  ``type`` to NULL). Values still in their slots when an execute callback we called
+  returns are cleaned up by us, so a callee that only reads them leaks nothing.
 
-Values we emit for a borrowed call use types without cleanup and Python keeps
-their memory alive for the call. Values we move into a foreign implementation
-use types whose cleanup releases that memory (a registry entry keyed by the
-data pointer, so the receiver may copy the value struct around).
+Values we send use types whose cleanup releases the memory Python keeps for them (a
+registry entry keyed by the data pointer, so the receiver may copy the value struct
+around). Received integers, floats and strings keep their binary type: sent on
+unchanged, an ``INT32`` stays an ``INT32`` (see :class:`BinaryInt`).
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 import weakref
 from typing import Any, Final, final
@@ -42,6 +43,9 @@ __all__ = (
     "FTN_TYPE_UINT32",
     "FTN_TYPE_UINT64",
     "MAX_ARGS",
+    "BinaryFloat",
+    "BinaryInt",
+    "BinaryStr",
     "ForeignObject",
     "Typed",
 )
@@ -134,14 +138,62 @@ class Typed:
     __hash__ = None  # type: ignore[assignment]
 
 
+class BinaryInt(int):
+    """An integer received from C with a width other than ``INT64``: sent on, it keeps it.
+
+    Arithmetic gives plain ``int`` (sent as ``INT64``): wrap the result in :class:`Typed` to
+    send another width.
+    """
+
+    __slots__ = ()
+    flags: int = FTN_TYPE_INT64
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({int(self)})"
+
+
+class BinaryFloat(float):
+    """A ``FTN_TYPE_FLOAT`` received from C: sent on, it stays a 32-bit float."""
+
+    __slots__ = ()
+    flags: int = FTN_TYPE_FLOAT
+
+
+class BinaryStr(str):
+    """A UTF-16 or UTF-32 string received from C: sent on, it keeps its encoding."""
+
+    __slots__ = ()
+    flags: int = FTN_TYPE_STRING
+
+
+def _width_class(base: type, flags: int) -> type:
+    name = {
+        FTN_TYPE_INT8: "Int8", FTN_TYPE_INT16: "Int16", FTN_TYPE_INT32: "Int32",
+        FTN_TYPE_UINT8: "UInt8", FTN_TYPE_UINT16: "UInt16", FTN_TYPE_UINT32: "UInt32",
+        FTN_TYPE_UINT64: "UInt64", FTN_TYPE_STRING16: "Str16", FTN_TYPE_STRING32: "Str32",
+    }[flags]
+    return type(name, (base,), {"__slots__": (), "flags": flags, "__module__": __name__})
+
+
+# received base type -> the class that keeps it (INT64, DOUBLE, UTF-8 STRING stay plain)
+_KEEP: Final[dict[int, type]] = {
+    **{f: _width_class(BinaryInt, f) for f in (
+        FTN_TYPE_INT8, FTN_TYPE_INT16, FTN_TYPE_INT32,
+        FTN_TYPE_UINT8, FTN_TYPE_UINT16, FTN_TYPE_UINT32, FTN_TYPE_UINT64)},
+    FTN_TYPE_FLOAT: BinaryFloat,
+    FTN_TYPE_STRING16: _width_class(BinaryStr, FTN_TYPE_STRING16),
+    FTN_TYPE_STRING32: _width_class(BinaryStr, FTN_TYPE_STRING32),
+}
+_KEPT_TYPES: Final = frozenset(_KEEP.values())
+
+
 @final
 class ForeignObject:
     """A custom object (``FTN_TYPE_CUSTOM_OBJECT``) from another technology.
 
-    ``p``, ``custom_data`` and ``length`` are the raw fields. When it came through
-    ``success()`` we own it, and its ``type->cleanup`` runs exactly once when this object is
-    garbage collected. When it came as an execute callback argument it is only borrowed and
-    valid during that callback (this cannot be checked).
+    ``p``, ``custom_data`` and ``length`` are the raw fields. We own it: its ``type->cleanup``
+    runs exactly once, when this object is garbage collected, unless it was sent on to C
+    (moved: the receiver owns it then, and this object can no longer be sent).
     """
 
     __slots__ = ("__weakref__", "_finalizer", "_value")
@@ -183,8 +235,11 @@ class ForeignObject:
 
     def _move_out(self) -> Any:
         """Give up ownership (the value is being moved to another receiver)."""
-        if self._finalizer is not None:
-            self._finalizer.detach()
+        fin = self._finalizer
+        if fin is not None:
+            if not fin.alive:
+                raise ValueError("this ForeignObject was already sent to C (values are moved)")
+            fin.detach()
         return self._value
 
     def __repr__(self) -> str:
@@ -204,6 +259,8 @@ def _infer(value: Any) -> int:
     tp = type(value)
     if tp is int:
         return FTN_TYPE_INT64 if value <= _INT64_MAX else FTN_TYPE_UINT64
+    if tp in _KEPT_TYPES:
+        return int(tp.flags)
     if tp is float:
         return FTN_TYPE_DOUBLE
     if tp is str:
@@ -220,8 +277,8 @@ def _infer_array(items: list[Any] | tuple[Any, ...]) -> int:
     for item in items:
         if item is True or item is False:
             kinds.add(bool)
-        elif type(item) is int or type(item) is float:
-            kinds.add(type(item))
+        elif isinstance(item, (int, float)):
+            kinds.add(float if isinstance(item, float) else int)
         else:
             return FTN_TYPE_CUSTOM_OBJECT
     if kinds == {bool}:
@@ -363,10 +420,14 @@ def _convert(slot: Any, tp: Any, owned: bool) -> Any:
     if cx == 0:
         scalar = _SCALARS.get(base)
         if scalar is not None:
-            return getattr(slot, scalar[0])
+            value = getattr(slot, scalar[0])
+            keep = _KEEP.get(base)
+            return value if keep is None else keep(value)
         string = _STRINGS.get(base)
         if string is not None:
-            return _string(slot, base, string)
+            text = _string(slot, base, string)
+            keep = _KEEP.get(base)
+            return text if keep is None else keep(text)
         if base == FTN_TYPE_CUSTOM_OBJECT:
             if tp in (_PYOBJ_PLAIN, _PYOBJ_OWNED):
                 return ffi.from_handle(slot.custom_data)
@@ -433,3 +494,39 @@ def receive_args(cargs: Any, owned: bool) -> tuple[Any, ...]:
     if error is not None:
         raise error
     return tuple(out)
+
+
+def _positional(func: Any) -> int | None:
+    """How many values ``func(asi, ...)`` takes after ``asi``; ``None``: any number."""
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+    n = 0
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            return None
+        if p.kind is p.POSITIONAL_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD:
+            n += 1
+    return max(n - 1, 0)
+
+
+def fit_args(func: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``args`` cut to the values ``func`` declares (values from C may carry padding)."""
+    if not args:
+        return args
+    n = _positional(func)
+    return args if n is None or n >= len(args) else args[:n]
+
+
+class FromC(tuple[Any, ...]):
+    """Step arguments that came from C: the engine calls :meth:`fit` before passing them on.
+
+    The reference implementation pads every call to four values with placeholder objects and
+    leaves old values in unused slots; a Python step gets the values it declares.
+    """
+
+    __slots__ = ()
+
+    def fit(self, func: Any) -> tuple[Any, ...]:
+        return fit_args(func, tuple(self))

@@ -26,6 +26,7 @@ typedef struct {
     int stack_zeroed;
     int shared_counter_seen;
     char log[512];
+    int bench_steps;
 } CStats;
 
 CStats c_stats;
@@ -388,6 +389,19 @@ void c_wait(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args)
     if (api->sched_is_valid(bsi, &now)) c_log("immediate valid");
 }
 
+static void c_count_fired(void* data)
+{
+    (void)data;
+    ++c_stats.sched_fired;
+}
+
+/* schedules a callback data ms later and returns: the root may end before it fires */
+void c_sched_far(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args)
+{
+    (void)args;
+    bsi->api->sched_deferred(bsi, (uint32_t)(intptr_t)data, NULL, c_count_fired);
+}
+
 /* setTimeout + setCancel: times out */
 void c_timeout(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args)
 {
@@ -556,6 +570,7 @@ static void c_bench_step(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* ar
 {
     (void)data;
     (void)args;
+    ++c_stats.bench_steps;
     bsi->api->success(bsi, NULL);
 }
 

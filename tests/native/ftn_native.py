@@ -15,9 +15,10 @@ from types import ModuleType
 from cffi import FFI
 
 import futoin_anyio.binary
-from futoin_anyio.binary._build_ffi import CDEF_SPEC
 
 HERE = Path(__file__).resolve().parent
+# the spec's declarations in cffi's dialect, as the extension's build uses them
+CDEF_SPEC = (HERE.parent.parent / "ffi" / "futoin_cdef.h").read_text(encoding="utf-8")
 
 
 def have_compiler() -> bool:
@@ -83,6 +84,7 @@ typedef struct {
     int stack_zeroed;
     int shared_counter_seen;
     char log[512];
+    int bench_steps;
 } CStats;
 void c_reset(void);
 CStats* c_get_stats(void);
@@ -92,6 +94,7 @@ void c_emit_bad(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
 void c_record_args(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
 void c_full(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
 void c_wait(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
+void c_sched_far(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
 void c_timeout(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
 void c_spawn(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
 void c_spawn_waiting(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);

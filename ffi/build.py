@@ -1,0 +1,51 @@
+"""cffi builder of ``futoin_anyio.binary._ffi`` (out-of-line, API mode). Not shipped.
+
+Used by ``setup.py`` (``cffi_modules``); ``python ffi/build.py`` builds the extension in place
+for development. Inputs, all in this folder: ``futoin_cdef.h`` (the spec's declarations in
+cffi's dialect), ``ftnpy_cdef.h`` (our side), ``ftnpy.c`` (the C implementation, compiled as
+itself so compiler errors point into it) and ``table.py`` (the 25 table functions, from
+which ``ftnpy_table.h`` — our generic table functions — and the calls into foreign tables are
+generated, with their cffi declarations).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import sys
+import tempfile
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+INCLUDE_DIR = os.path.join(ROOT, "futoin_anyio", "binary", "include")
+
+sys.path.insert(0, HERE)
+import table  # noqa: E402
+
+
+def _read(name: str) -> str:
+    with open(os.path.join(HERE, name), encoding="utf-8") as f:
+        return f.read()
+
+
+# generated header, in a folder of this build only (never in the source tree)
+GENERATED = tempfile.mkdtemp(prefix="futoin_anyio_ffi-")
+atexit.register(shutil.rmtree, GENERATED, True)
+with open(os.path.join(GENERATED, "ftnpy_table.h"), "w", encoding="utf-8") as _f:
+    _f.write(table.ours_csource())
+
+ffi = FFI()
+ffi.cdef(_read("futoin_cdef.h") + _read("ftnpy_cdef.h") + table.ours_cdef() + table.cdef())
+ffi.set_source(
+    "futoin_anyio.binary._ffi",
+    '#include "ftnpy.c"\n\n/* calls into foreign tables, generated from ffi/table.py */\n'
+    + table.csource(),
+    include_dirs=[INCLUDE_DIR, HERE, GENERATED],
+    extra_compile_args=["-std=c11"] if os.name != "nt" else [],
+)
+
+if __name__ == "__main__":
+    ffi.compile(tmpdir=ROOT, verbose=True)
