@@ -94,6 +94,8 @@ class Agent:
         self._wake_signals: Event | None = None
         self._wake_leases: Event | None = None
         self._wake_ticks: Event | None = None
+        self._wake_settled: Event | None = None
+        self.pending = 0  # releases and leaves on their way to Redis
         self._tick_scope: CancelScope | None = None
         self.failures = 0
         self.lost = 0
@@ -180,11 +182,12 @@ class Agent:
             self._running = True
 
     def spawn(self, func: Callable[..., Awaitable[Any]], *args: Any) -> None:
-        """Run ``func(*args)`` in the background; its failure is only logged."""
+        """Run ``func(*args)`` (a release or leave) in the background; a failure is logged."""
         try:
             tg = self._task_group()
         except FutoInError:
             return  # the client is closed: leases end what is left
+        self.pending += 1
         tg.start_soon(self._guard, func, args)
 
     async def _guard(self, func: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
@@ -192,6 +195,16 @@ class Agent:
             await func(*args)
         except Exception as e:
             logger.debug("%s: background call failed: %s", self.what, describe(e))
+        finally:
+            self.pending -= 1
+            if not self.pending:
+                self._poke("_wake_settled")
+
+    async def settled(self) -> None:
+        """Wait until this process's releases have reached Redis: a task that leaves and
+        enters again must see its own release (they are bounded by the call's time limit)."""
+        while self.pending:
+            await self._idle("_wake_settled")
 
     def _poke(self, attr: str) -> None:
         ev: Event | None = getattr(self, attr)

@@ -88,6 +88,8 @@ class MutexCore(_Core):
     async def acquire(self) -> Waiter:
         agent = self.agent
         agent.start()
+        if agent.pending:
+            await agent.settled()
         w = agent.new_waiter(self)
         status, held, queued = await self._first_call(
             w, self._acquire, self.keys,
@@ -154,6 +156,8 @@ class ThrottleCore(_Core):
     async def acquire(self) -> None:
         agent = self.agent
         agent.start()
+        if agent.pending:
+            await agent.settled()
         w = agent.new_waiter(self)
         status, left, entries, queued = await self._first_call(
             w, self._acquire, self.keys,
