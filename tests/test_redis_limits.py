@@ -295,8 +295,10 @@ async def test_throttle_rate_and_fifo(redis_server: RedisServer) -> None:
             assert sorted(order[k:k + 5]) == list(range(k, k + 5))
         # 20 entries at 5 per 100 ms: four periods, so at least 300 ms.
         assert times[-1] - start >= 0.29
+        # Never 6 in one period (periods follow the server's clock; a let-in waiter resumes
+        # a wake-up's latency after its period starts, hence the tolerance).
         for k in range(5, 20):
-            assert times[k] - times[k - 5] >= 0.09  # never 6 in one period
+            assert times[k] - times[k - 5] >= 0.07
         assert a.statistics().entered + b.statistics().entered == 20
         assert await leftovers(client, name) == []
 
@@ -351,7 +353,7 @@ async def test_limiter_defaults_reject_and_limits_hold(redis_server: RedisServer
         assert probe.max_seen == 2
         times.sort()
         for k in range(10, 30):
-            assert times[k] - times[k - 10] >= 0.09
+            assert times[k] - times[k - 10] >= 0.07
         assert await leftovers(client, name) == []
         assert await leftovers(client, name2) == []
 

@@ -192,7 +192,10 @@ class Agent:
 
     async def _guard(self, func: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
         try:
-            await func(*args)
+            # Shielded (and bounded by the call's own time limit): a release still reaches
+            # Redis when the application exits the client right after the section.
+            with CancelScope(shield=True):
+                await func(*args)
         except Exception as e:
             logger.debug("%s: background call failed: %s", self.what, describe(e))
         finally:

@@ -65,7 +65,7 @@ class _Entry:
         self.prim = prim
         self.func = func
         self.onerror = onerror
-        self.item: _Item = func if onerror is None else (func, onerror)
+        self.item: _Item = self._section
         self.state = NEW
         self.key: object = None
         self.asi: AsyncSteps | None = None
@@ -125,6 +125,32 @@ class _Entry:
         except Exception as e:  # pragma: no cover - defensive: never break the client's tasks
             logger.exception("%s: entry failed", prim._agent.what)
             self._fail(FutoInError(Errors.InternalError, describe(e)))
+
+    def _section(self, asi: AsyncSteps, *args: Any) -> None:
+        """Run ``func``, then give the place back before the flow goes on."""
+        if args:
+            asi.success_step(*args)
+        asi.add(self.func, self.onerror)
+        asi.add(self._release)
+
+    def _release(self, asi: AsyncSteps, *args: Any) -> None:
+        """The section succeeded: the release reaches Redis before the next step runs (so an
+        application that exits its client right after the flow leaves nothing behind)."""
+        if self.state is not HELD:
+            asi.success(*args)
+            return
+        self.state = DONE
+        ticket = self.prim._unhold(self.key)
+        if ticket is None:
+            asi.success(*args)
+            return
+        asi.wait_external()
+        self.prim._agent._task_group().start_soon(self._released, asi, ticket, args)
+
+    async def _released(self, asi: AsyncSteps, ticket: Any, args: tuple[Any, ...]) -> None:
+        await self.prim._release_now(ticket)
+        if asi:
+            asi.success(*args)
 
     def _fail(self, e: FutoInError) -> None:
         if self.state is not QUEUED:
@@ -201,7 +227,26 @@ class _Base:
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        self._leave(task_key(), f"{self._kind}.__aexit__()")
+        ticket = self._unhold(task_key(), f"{self._kind}.__aexit__()")
+        if ticket is not None:
+            await self._release_now(ticket)
+
+    async def _release_now(self, ticket: Any) -> None:
+        """Give the place back and wait until Redis has it (shielded, bounded in time)."""
+        agent = self._agent
+        agent.pending += 1
+        try:
+            with CancelScope(shield=True):
+                await self._release_async(ticket)
+        except FutoInError as e:
+            logger.debug("%s: release failed (its lease ends it): %s", agent.what, e)
+        finally:
+            agent.pending -= 1
+            if not agent.pending:
+                agent._poke("_wake_settled")
+
+    async def _release_async(self, ticket: Any) -> None:
+        return None
 
     # -- owners -----------------------------------------------------------------------------------
 
@@ -217,16 +262,23 @@ class _Base:
         if ticket is not None:
             self._owners[key] = [1, ticket]
 
-    def _leave(self, key: object, what: str | None = None) -> None:
+    def _unhold(self, key: object, what: str | None = None) -> Any:
+        """One entry of ``key`` leaves; returns the ticket to release when it was the last."""
         owned = self._owners.get(key)
         if owned is None:
             if what is not None and self._reentrant:
                 raise RuntimeError(f"{what}: the {self._kind} is not held by this task")
-            return
+            return None
         owned[0] -= 1
-        if owned[0] == 0:
-            del self._owners[key]
-            self._release_ticket(owned[1])
+        if owned[0]:
+            return None
+        del self._owners[key]
+        return owned[1]
+
+    def _leave(self, key: object) -> None:
+        ticket = self._unhold(key)
+        if ticket is not None:
+            self._release_ticket(ticket)
 
     def __repr__(self) -> str:
         return f"<{self._kind} {self._name!r} held={len(self._owners)}>"
@@ -284,6 +336,10 @@ class RedisMutex(_Base):
 
     def _release_ticket(self, ticket: Any) -> None:
         self._core.release(ticket)
+
+    async def _release_async(self, ticket: Any) -> None:
+        self._agent.set_done(ticket)
+        await self._core.leave_token(ticket.token)
 
     def statistics(self) -> RedisMutexStatistics:
         """Return this process's holders, waiters and rejections, and the shared counts."""
@@ -414,6 +470,10 @@ class RedisLimiter(_Base):
 
     def _release_ticket(self, ticket: Any) -> None:
         self._mutex.release(ticket)
+
+    async def _release_async(self, ticket: Any) -> None:
+        self._agent.set_done(ticket)
+        await self._mutex.leave_token(ticket.token)
 
     def statistics(self) -> RedisLimiterStatistics:
         """Return this process's counts, and the shared ones."""

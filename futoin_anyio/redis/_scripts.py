@@ -24,6 +24,11 @@ local function signal(sigp, ttl, tok)
   redis.call('RPUSH', k, tok)
   redis.call('PEXPIRE', k, ttl)
 end
+-- Whole keys expire a lease after the last change: a limit whose every process died leaves
+-- nothing behind even when no other process comes to drop the expired tokens.
+local function touch(ttl, a, b, c, d)
+  for _, k in ipairs({a, b, c, d}) do redis.call('PEXPIRE', k, ttl) end
+end
 local function expire_queue(Q, QL)
   local dead = redis.call('ZRANGEBYSCORE', QL, '-inf', now)
   for _, tok in ipairs(dead) do
@@ -63,11 +68,13 @@ local held = redis.call('ZCARD', H)
 local qn = redis.call('ZCARD', Q)
 if qn == 0 and held < max then
   redis.call('ZADD', H, now + lease, tok)
+  redis.call('PEXPIRE', H, lease)
   return {1, held + 1, 0}
 end
 if maxq >= 0 and qn >= maxq then return {-1, held, qn} end
 redis.call('ZADD', Q, redis.call('INCR', SEQ), tok)
 redis.call('ZADD', QL, now + lease, tok)
+touch(lease, H, Q, QL, SEQ)
 return {0, held, qn + 1}
 """
 
@@ -98,6 +105,7 @@ for i = 4, #ARGV do
   end
 end
 grant(max, sigp, lease)
+touch(lease, H, Q, QL, SEQ)
 return {missing, redis.call('ZCARD', H), redis.call('ZCARD', Q)}
 """
 
@@ -160,6 +168,7 @@ end
 if maxq >= 0 and qn >= maxq then return {-1, left(e), count(), qn} end
 redis.call('ZADD', Q, redis.call('INCR', SEQ), tok)
 redis.call('ZADD', QL, now + lease, tok)
+touch(lease, Q, QL, SEQ, SEQ)
 return {0, left(e), count(), qn + 1}
 """
 
@@ -195,5 +204,6 @@ for i = 5, #ARGV do
   end
 end
 local e = refresh(max, period, sigp, lease)
+touch(lease, Q, QL, SEQ, SEQ)
 return {missing, left(e), count(), redis.call('ZCARD', Q)}
 """
