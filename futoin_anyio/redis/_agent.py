@@ -95,7 +95,8 @@ class Agent:
         self._wake_leases: Event | None = None
         self._wake_ticks: Event | None = None
         self._wake_settled: Event | None = None
-        self.pending = 0  # releases and leaves on their way to Redis
+        self.pending: set[int] = set()  # releases and leaves on their way to Redis, by number
+        self._spawned = 0
         self._tick_scope: CancelScope | None = None
         self.failures = 0
         self.lost = 0
@@ -187,10 +188,20 @@ class Agent:
             tg = self._task_group()
         except FutoInError:
             return  # the client is closed: leases end what is left
-        self.pending += 1
-        tg.start_soon(self._guard, func, args)
+        tg.start_soon(self._guard, func, args, self.begin())
 
-    async def _guard(self, func: Callable[..., Awaitable[Any]], args: tuple[Any, ...]) -> None:
+    def begin(self) -> int:
+        """Number a release on its way to Redis (see :meth:`settled`)."""
+        self._spawned += 1
+        self.pending.add(self._spawned)
+        return self._spawned
+
+    def end(self, number: int) -> None:
+        self.pending.discard(number)
+        self._poke("_wake_settled")
+
+    async def _guard(self, func: Callable[..., Awaitable[Any]], args: tuple[Any, ...],
+                     number: int) -> None:
         try:
             # Shielded (and bounded by the call's own time limit): a release still reaches
             # Redis when the application exits the client right after the section.
@@ -199,14 +210,14 @@ class Agent:
         except Exception as e:
             logger.debug("%s: background call failed: %s", self.what, describe(e))
         finally:
-            self.pending -= 1
-            if not self.pending:
-                self._poke("_wake_settled")
+            self.end(number)
 
     async def settled(self) -> None:
-        """Wait until this process's releases have reached Redis: a task that leaves and
-        enters again must see its own release (they are bounded by the call's time limit)."""
-        while self.pending:
+        """Wait until the releases started so far have reached Redis: a task that leaves and
+        enters again must see its own release (each is bounded by the call's time limit).
+        Later releases are not waited for, so a busy limit cannot starve an entry."""
+        upto = self._spawned
+        while self.pending and min(self.pending) <= upto:
             await self._idle("_wake_settled")
 
     def _poke(self, attr: str) -> None:
@@ -259,12 +270,22 @@ class Agent:
             backoff = 0.0
             if got is None:
                 continue
-            token = got[1]
-            if isinstance(token, bytes):
-                token = token.decode()
-            w = self.waiters.get(token)
-            if w is not None and (w.state is QUEUED or w.state is NEW):
-                w.core.granted(w)
+            self._grant(got[1])
+            if self.queued:  # several let in at once (a new period): take them all in one go
+                try:
+                    more = await client.lpop(self.signal_key, 64)
+                except Exception as e:
+                    self.fail_all(self.error(e).info)
+                    continue
+                for token in more or ():
+                    self._grant(token)
+
+    def _grant(self, token: str | bytes) -> None:
+        if isinstance(token, bytes):
+            token = token.decode()
+        w = self.waiters.get(token)
+        if w is not None and (w.state is QUEUED or w.state is NEW):
+            w.core.granted(w)
 
     async def _leases(self) -> None:
         while True:

@@ -234,16 +234,14 @@ class _Base:
     async def _release_now(self, ticket: Any) -> None:
         """Give the place back and wait until Redis has it (shielded, bounded in time)."""
         agent = self._agent
-        agent.pending += 1
+        number = agent.begin()
         try:
             with CancelScope(shield=True):
                 await self._release_async(ticket)
         except FutoInError as e:
             logger.debug("%s: release failed (its lease ends it): %s", agent.what, e)
         finally:
-            agent.pending -= 1
-            if not agent.pending:
-                agent._poke("_wake_settled")
+            agent.end(number)
 
     async def _release_async(self, ticket: Any) -> None:
         return None
