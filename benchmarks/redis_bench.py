@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 import uuid
+from itertools import pairwise
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,7 +38,7 @@ RATE = int(os.environ.get("FUTOIN_BENCH_RATE", "500"))  # entries per second, li
 TASKS = 8  # tasks per process in the limiter runs
 
 
-# -- workers (one OS process each) -----------------------------------------------------------------
+# -- workers (one OS process each) -------------------------------------------------------------
 
 
 async def _ours_mutex(port: int, name: str, start_at: float, duration: float) -> list[Any]:
@@ -158,7 +159,7 @@ def _worker(argv: list[str]) -> None:
     json.dump(result, sys.stdout)
 
 
-# -- the runs and their figures ---------------------------------------------------------------------
+# -- the runs and their figures ----------------------------------------------------------------
 
 
 def _run(port: int, impl: str, backends: list[str], duration: float) -> list[Any]:
@@ -186,9 +187,9 @@ def _pct(values: list[float], q: float) -> float:
 
 def mutex_figures(results: list[list[list[int]]]) -> dict[str, Any]:
     stamps = sorted((t0, t1, w) for w, r in enumerate(results) for t0, t1 in r)
-    overlaps = sum(1 for a, b in zip(stamps, stamps[1:]) if b[0] < a[1])
+    overlaps = sum(1 for a, b in pairwise(stamps) if b[0] < a[1])
     # Release-to-entry: the next holder is another process (it waited meanwhile).
-    gaps = [(b[0] - a[1]) / 1e6 for a, b in zip(stamps, stamps[1:]) if a[2] != b[2]]
+    gaps = [(b[0] - a[1]) / 1e6 for a, b in pairwise(stamps) if a[2] != b[2]]
     span = (stamps[-1][1] - stamps[0][0]) / 1e9 if stamps else 0.0
     return {"entries": len(stamps), "per_s": len(stamps) / span if span else 0.0,
             "handoffs_per_s": len(gaps) / span if span else 0.0,
@@ -222,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args(argv)
     duration = args.duration or (1.5 if args.quick else 10.0)
-    sys.path.insert(0, ROOT)
-    from tests.redis_server import RedisServer
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from redis_support.server import RedisServer
 
     server = RedisServer()
     figures: dict[str, Any] = {}

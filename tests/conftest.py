@@ -31,7 +31,7 @@ def _hang_guard() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[object]:
     """A real redis-server on 127.0.0.1 and a free port, for the whole session."""
-    from tests.redis_server import RedisServer
+    from redis_support.server import RedisServer
 
     server = RedisServer()
     yield server

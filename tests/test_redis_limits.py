@@ -10,10 +10,10 @@ from typing import Any
 
 import anyio
 import pytest
+from redis_support.server import RedisServer
 
 from futoin_anyio import AsyncSteps, Errors, FutoInError
 from futoin_anyio.redis import RedisLimiter, RedisMutex, RedisThrottle
-from tests.redis_server import RedisServer
 
 coredis = pytest.importorskip("coredis")
 
@@ -132,9 +132,10 @@ async def test_mutex_fifo_and_arguments(redis_server: RedisServer) -> None:
         assert await leftovers(client, name) == []
 
 
-async def wait_for(cond: Any, timeout: float = 5) -> None:
-    with anyio.fail_after(timeout):
-        while not cond():
+async def wait_for(cond: Any, limit: float = 5) -> None:
+    """Wait until ``cond()`` holds: a state of another task or process, no event to await."""
+    with anyio.fail_after(limit):
+        while not cond():  # noqa: ASYNC110
             await anyio.sleep(0.001)
 
 

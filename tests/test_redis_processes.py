@@ -12,8 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-
-from tests.redis_server import RedisServer
+from redis_support.server import RedisServer
 
 coredis = pytest.importorskip("coredis")
 
@@ -25,8 +24,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def spawn(server: Any, kind: str, name: str, backend: str, entries: int, mode: str = "run",
           lease_ms: float = 30000) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.redis_worker", str(server.port), kind, name, backend,
-         str(entries), mode, str(lease_ms)], cwd=ROOT)
+        [sys.executable, "-m", "redis_support.worker", str(server.port), kind, name, backend,
+         str(entries), mode, str(lease_ms)], cwd=os.path.join(ROOT, "tests"))
 
 
 def finish(procs: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
@@ -45,20 +44,16 @@ async def get_int(client: Any, key: str) -> int:
     return int(value) if value is not None else 0
 
 
-async def wait_key(client: Any, key: str, timeout: float = 20) -> float:
-    """Block until ``key`` exists (a worker's signal), without polling."""
-    import anyio
-
+async def wait_key(client: Any, key: str, limit: float = 20) -> float:
+    """Wait until ``key`` exists: a worker process's signal (bounded)."""
     start = anyio.current_time()
-    with anyio.fail_after(timeout):
-        while not await client.exists([key]):
+    with anyio.fail_after(limit):
+        while not await client.exists([key]):  # noqa: ASYNC110
             await anyio.sleep(0.01)
     return anyio.current_time() - start
 
 
 async def limit_keys(client: Any, name: str) -> list[bytes]:
-    import anyio
-
     keys: list[bytes] = []
     with anyio.move_on_after(5):
         while True:
@@ -152,7 +147,7 @@ async def test_redis_restarted_mid_run(anyio_backend: str) -> None:
         async with coredis.Redis(host="127.0.0.1", port=server.port) as client:
             await wait_key(client, f"test:{name}:count")
             with anyio.fail_after(20):
-                while await get_int(client, f"test:{name}:count") < 100:
+                while await get_int(client, f"test:{name}:count") < 100:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
         server.restart()
         restarted = time.monotonic()

@@ -304,9 +304,10 @@ class Agent:
                     continue
                 gone = set(missing)
                 for token in tokens:
-                    w = self.waiters.get(token)
-                    if w is None:
+                    found = self.waiters.get(token)
+                    if found is None:
                         continue
+                    w = found
                     if token not in gone:
                         w.missed = False
                     elif w.state is HELD:

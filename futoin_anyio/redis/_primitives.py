@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from contextlib import suppress
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, final
@@ -160,10 +161,8 @@ class _Entry:
         self.asi = None
         self.args = ()
         if asi:
-            try:
+            with suppress(FutoInError):  # error() raises after scheduling the unwinding
                 asi.error(e.code, e.info)
-            except FutoInError:
-                pass
 
     def leave(self) -> None:
         """The entry's step ended, however: leave the queue, or give the place back."""
@@ -178,7 +177,8 @@ class _Entry:
             self.prim._leave(self.key)
 
     def __repr__(self) -> str:
-        return f"<{self.prim._kind}.sync {self.func!r} {('new', 'queued', 'held', 'done')[self.state]}>"
+        state = ("new", "queued", "held", "done")[self.state]
+        return f"<{self.prim._kind}.sync {self.func!r} {state}>"
 
 
 class _Base:

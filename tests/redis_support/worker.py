@@ -1,6 +1,6 @@
 """One OS process contending on a shared limit (used by the multi-process tests and benchmark).
 
-``python -m tests.redis_worker PORT KIND NAME BACKEND ENTRIES [MODE] [LEASE_MS]``
+``python -m redis_support.worker PORT KIND NAME BACKEND ENTRIES [MODE] [LEASE_MS]``
 
 Each entry runs as an AsyncSteps flow (even entries) or a plain task (odd entries). Inside, it
 counts itself in Redis (``INCR``), records the maximum seen, and counts itself out: the test
@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import coredis
 
 from futoin_anyio import AsyncSteps, FutoInError
@@ -47,7 +48,7 @@ async def main(port: int, kind: str, name: str, entries: int, mode: str, lease_m
 
         async def inside() -> None:
             await enter(keys=keys, args=[])
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
             await client.decr(out)
 
         async def one(i: int) -> None:
