@@ -296,10 +296,11 @@ async def test_throttle_rate_and_fifo(redis_server: RedisServer) -> None:
             assert sorted(order[k:k + 5]) == list(range(k, k + 5))
         # 20 entries at 5 per 100 ms: four periods, so at least 300 ms.
         assert times[-1] - start >= 0.29
-        # Never 6 in one period (periods follow the server's clock; a let-in waiter resumes
-        # a wake-up's latency after its period starts, hence the tolerance).
+        # Never 6 in one period. Periods follow the server's clock and a let-in waiter resumes
+        # a wake-up's latency after its period starts (a loaded machine: tens of ms), hence
+        # the tolerance; 6 in one period would be ~0 ms apart.
         for k in range(5, 20):
-            assert times[k] - times[k - 5] >= 0.07
+            assert times[k] - times[k - 5] >= 0.04
         assert a.statistics().entered + b.statistics().entered == 20
         assert await leftovers(client, name) == []
 
@@ -353,8 +354,9 @@ async def test_limiter_defaults_reject_and_limits_hold(redis_server: RedisServer
                 tg.start_soon(flow, i)
         assert probe.max_seen == 2
         times.sort()
+        assert times[-1] - times[0] >= 0.19  # 30 entries at 10 per 100 ms: three periods
         for k in range(10, 30):
-            assert times[k] - times[k - 10] >= 0.07
+            assert times[k] - times[k - 10] >= 0.04  # never 11 in one period (see above)
         assert await leftovers(client, name) == []
         assert await leftovers(client, name2) == []
 
@@ -381,6 +383,7 @@ async def test_redis_down_fails_with_comm_error(anyio_backend: str) -> None:
             assert info.value.code == Errors.CommError
             assert "Redis unreachable" in str(asi.state.error_info)
             assert "ConnectionError" in str(asi.state.error_info)
+            print(f"down: {info.value.code} {asi.state.error_info}")
             with anyio.fail_after(10), pytest.raises(FutoInError) as info:
                 async with prim:
                     pass
@@ -420,6 +423,7 @@ async def test_restart_fails_waiters_then_works(anyio_backend: str) -> None:
                     await wait_for(lambda: len(errors) == 1, 10)
                 gate.set()
             code, info, when = errors[0]
+            print(f"restart: waiter failed {when - killed:.3f} s after the kill: {code} {info}")
             assert code == Errors.CommError
             # The blocked wait may see the connection drop (unreachable) or, reconnected, the
             # lease renewal may find its place gone (restarted): either names the cause.

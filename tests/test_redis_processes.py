@@ -53,6 +53,13 @@ async def wait_key(client: Any, key: str, limit: float = 20) -> float:
     return anyio.current_time() - start
 
 
+async def wait_count(client: Any, key: str, count: int, limit: float = 20) -> None:
+    """Wait until the counter ``key`` reaches ``count`` (worker processes' signals)."""
+    with anyio.fail_after(limit):
+        while await get_int(client, key) < count:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+
+
 async def limit_keys(client: Any, name: str) -> list[bytes]:
     keys: list[bytes] = []
     with anyio.move_on_after(5):
@@ -98,7 +105,7 @@ async def test_sigkilled_holder_loses_its_permit(redis_server: RedisServer,
     async with coredis.Redis(host="127.0.0.1", port=redis_server.port) as client:
         holders = [spawn(redis_server, "mutex", name, b, 0, "hold", lease)
                    for b in ("asyncio", "trio")]
-        await wait_key(client, f"test:{name}:ready")
+        await wait_count(client, f"test:{name}:ready", 2)  # both permits are held
         waiters = [spawn(redis_server, "mutex", name, b, 20, "run", lease)
                    for b in ("asyncio", "trio")]
         killed = time.monotonic()
@@ -107,6 +114,7 @@ async def test_sigkilled_holder_loses_its_permit(redis_server: RedisServer,
             p.wait()
         finish(waiters)
         recovered = time.monotonic() - killed
+        print(f"SIGKILL: 40 entries done {recovered:.2f} s after the kill (lease {lease} ms)")
         assert await get_int(client, f"test:{name}:count") == 40
         assert await get_int(client, f"test:{name}:max") <= 2
         # The dead permits expire after the lease, then the queue moves: bounded by the lease,
@@ -121,7 +129,7 @@ async def test_cancelled_waiter_in_one_process(redis_server: RedisServer,
     async with coredis.Redis(host="127.0.0.1", port=redis_server.port) as client:
         holders = [spawn(redis_server, "mutex", name, "trio", 0, "hold", 1000),
                    spawn(redis_server, "mutex", name, "asyncio", 0, "hold", 1000)]
-        await wait_key(client, f"test:{name}:ready")
+        await wait_count(client, f"test:{name}:ready", 2)  # both permits are held
         with_cancel = spawn(redis_server, "mutex", name, anyio_backend, 50, "cancel", 1000)
         await wait_key(client, f"test:{name}:cancelled")
         assert await client.get(f"test:{name}:cancelled") == b"1"
@@ -153,11 +161,13 @@ async def test_redis_restarted_mid_run(anyio_backend: str) -> None:
         restarted = time.monotonic()
         finish(procs, 60)
         done = time.monotonic() - restarted
+        print(f"restart: workers done {done:.2f} s after the restart")
         async with coredis.Redis(host="127.0.0.1", port=server.port) as client:
             # Entries that were waiting when the server went away failed with CommError (the
             # workers count them and go on); the rest ran against the new server.
             errors = await get_int(client, f"test:{name}:errors")
             count = await get_int(client, f"test:{name}:count")
+            print(f"restart: {count} entries after it, {errors} failed with CommError")
             assert count + errors <= 4 * 400
             assert count > 0
             assert await get_int(client, f"test:{name}:in") <= 0

@@ -4,9 +4,9 @@
 
 Each entry runs as an AsyncSteps flow (even entries) or a plain task (odd entries). Inside, it
 counts itself in Redis (``INCR``), records the maximum seen, and counts itself out: the test
-checks the invariants from outside. MODE: ``run`` (default); ``hold`` (enter once, write
-``ready``, hold forever: the test SIGKILLs it); ``cancel`` (queue behind a holder, be cancelled
-by an outer ``move_on_after``, then do ENTRIES entries).
+checks the invariants from outside. MODE: ``run`` (default); ``hold`` (enter once, count
+itself in ``ready``, hold forever: the test SIGKILLs it); ``cancel`` (queue behind the
+holders, be cancelled by an outer ``move_on_after``, then do ENTRIES entries).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ async def main(port: int, kind: str, name: str, entries: int, mode: str, lease_m
 
         if mode == "hold":
             async with prim:
-                await client.set(f"test:{name}:ready", "1")
+                await client.incr(f"test:{name}:ready")
                 await anyio.sleep_forever()
         if mode == "cancel":
             with anyio.move_on_after(0.3) as scope:
