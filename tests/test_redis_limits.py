@@ -325,11 +325,15 @@ async def test_limiter_defaults_reject_and_limits_hold(redis_server: RedisServer
     async with connect(redis_server) as client:
         lim = RedisLimiter(client, name)  # 1 inside, no queue, 1 per second, no burst
         async with lim:
-            with pytest.raises(FutoInError) as info:
-                async with lim:
-                    pass
-            assert info.value.code == Errors.DefenseRejected
-            assert "max_queue" in str(info.value.info)
+            async def other() -> None:  # another task: a second place is needed
+                with pytest.raises(FutoInError) as info:
+                    async with lim:
+                        pass
+                assert info.value.code == Errors.DefenseRejected
+                assert "max_queue" in str(info.value.info)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(other)
         with pytest.raises(FutoInError) as info:
             await run_flow(lim, lambda asi: None).promise()
         assert info.value.code == Errors.DefenseRejected
@@ -462,3 +466,30 @@ async def test_client_not_entered_and_bad_input(redis_server: RedisServer) -> No
         RedisLimiter(client, "x", rate=1.5)  # type: ignore[arg-type]
     with pytest.raises(FutoInError, match="callable"):
         mutex.sync(AsyncSteps(), 5)  # type: ignore[arg-type]
+
+
+async def test_limiter_reentered_by_its_holder(redis_server: RedisServer) -> None:
+    """As the local Limiter: a flow or task inside enters again without a second place (no
+    self-deadlock), and the entry still counts for the rate."""
+    name = fresh()
+    async with connect(redis_server) as client:
+        lim = RedisLimiter(client, name, concurrent=1, max_queue=1, rate=4)
+        seen: list[str] = []
+
+        def outer(asi: AsyncSteps) -> None:
+            seen.append("outer")
+            lim.sync(asi, lambda asi: seen.append("inner"))
+
+        with anyio.fail_after(5):
+            await run_flow(lim, outer).promise()
+            async with lim, lim:
+                seen.append("task")
+        assert seen == ["outer", "inner", "task"]
+        # The fifth entry of this second is beyond rate=4 and burst=0: rejected, as locally.
+        with pytest.raises(FutoInError) as info:
+            async with lim:
+                pass
+        assert info.value.code == Errors.DefenseRejected
+        assert "burst" in str(info.value.info)
+        assert lim.statistics().entered == 4
+        assert await leftovers(client, name) == []

@@ -60,7 +60,8 @@ class _Entry:
     """The step ``sync()`` adds: wait for entry (a task in the client's task group does the
     Redis part), then run ``func`` as its one sub-step; leave when the step leaves the stack."""
 
-    __slots__ = ("args", "asi", "func", "item", "key", "onerror", "prim", "scope", "state")
+    __slots__ = ("again", "args", "asi", "func", "item", "key", "onerror", "prim", "scope",
+                 "state")
 
     def __init__(self, prim: _Base, func: StepFunc, onerror: ErrorHandler | None) -> None:
         self.prim = prim
@@ -72,18 +73,22 @@ class _Entry:
         self.asi: AsyncSteps | None = None
         self.args: tuple[Any, ...] = ()
         self.scope: CancelScope | None = None
+        self.again = False  # re-entered by a flow inside: only the rate is waited for
 
     def __call__(self, asi: AsyncSteps, *args: Any) -> None:
         entry = self if self.state is NEW else _Entry(self.prim, self.func, self.onerror)
         prim = entry.prim
         key = entry.key = flow_key(asi)
         on_exit(asi, _Entry.leave, entry)
-        if prim._reenter(key):
-            entry.state = HELD
-            if args:
-                asi.success_step(*args)
-            asi.add(entry.func, entry.onerror)
-            return
+        if prim._owned(key):
+            if not prim._rate_on_reentry:
+                prim._owners[key][0] += 1
+                entry.state = HELD
+                if args:
+                    asi.success_step(*args)
+                asi.add(entry.func, entry.onerror)
+                return
+            entry.again = True
         agent = prim._agent
         agent.start()
         entry.asi = asi
@@ -99,13 +104,15 @@ class _Entry:
         try:
             with CancelScope() as scope:
                 self.scope = scope
+                again = self.again
                 try:
-                    ticket = await prim._enter()
+                    ticket = await (prim._enter_again() if again else prim._enter())
                 except FutoInError as e:
                     self._fail(e)
                     return
                 if self.state is not QUEUED:  # the step ended while the grant was on its way
-                    prim._release_ticket(ticket)
+                    if not again:
+                        prim._release_ticket(ticket)
                     return
                 asi = self.asi
                 assert asi is not None
@@ -114,10 +121,14 @@ class _Entry:
                 self.args = ()
                 if not go_on_with(asi, self.item, args):
                     self.state = DONE
-                    prim._release_ticket(ticket)
+                    if not again:
+                        prim._release_ticket(ticket)
                     return
                 self.state = HELD
-                prim._hold(self.key, ticket)
+                if again:
+                    prim._owners[self.key][0] += 1  # the outer entry is still inside
+                else:
+                    prim._hold(self.key, ticket)
         except get_cancelled_exc_class():
             # The client is closing under a waiting flow: fail it rather than leave it hanging.
             self._fail(FutoInError(Errors.CommError,
@@ -186,6 +197,7 @@ class _Base:
 
     _kind = ""
     _reentrant = False
+    _rate_on_reentry = False
 
     def __init__(self, client: Any, name: str, lease_ms: float) -> None:
         kind = self._kind
@@ -219,8 +231,12 @@ class _Base:
     async def __aenter__(self) -> None:
         key = task_key()
         await checkpoint_if_cancelled()
-        if self._reenter(key):
-            await cancel_shielded_checkpoint()
+        if self._owned(key):
+            if self._rate_on_reentry:
+                await self._enter_again()
+            else:
+                await cancel_shielded_checkpoint()
+            self._owners[key][0] += 1
             return
         ticket = await self._enter()
         self._hold(key, ticket)
@@ -248,13 +264,12 @@ class _Base:
 
     # -- owners -----------------------------------------------------------------------------------
 
-    def _reenter(self, key: object) -> bool:
-        if self._reentrant:
-            owned = self._owners.get(key)
-            if owned is not None:
-                owned[0] += 1
-                return True
-        return False
+    def _owned(self, key: object) -> bool:
+        """``key`` (a flow or task) is inside already and may enter again."""
+        return self._reentrant and key in self._owners
+
+    async def _enter_again(self) -> None:  # pragma: no cover - only the Limiter re-enters so
+        raise NotImplementedError
 
     def _hold(self, key: object, ticket: Any) -> None:
         if ticket is not None:
@@ -441,6 +456,10 @@ class RedisLimiter(_Base):
     """
 
     _kind = "RedisLimiter"
+    # As the local Limiter (a re-entrant Mutex, then the Throttle): a flow or task inside
+    # enters again without a second place, but its entry still counts for the rate.
+    _reentrant = True
+    _rate_on_reentry = True
 
     def __init__(self, client: Any, name: str, concurrent: int = 1, max_queue: int | None = 0,
                  rate: int = 1, period_ms: float = 1000, burst: int | None = 0,
@@ -456,6 +475,9 @@ class RedisLimiter(_Base):
                                 "Limiter queue limit (max_queue) reached")
         self._throttle = ThrottleCore(self._agent, "r:", rate, period_ms, burst,
                                       "Limiter rate queue limit (burst) reached")
+
+    async def _enter_again(self) -> None:
+        await self._throttle.acquire()
 
     async def _enter(self) -> Waiter:
         w = await self._mutex.acquire()
