@@ -3,6 +3,8 @@ and :class:`RedisLimiter` keep their state in Redis (extra ``[redis]``, on cored
 
 Each is an ISync (``asi.sync(obj, step)``) and an async context manager for plain tasks, like
 its local counterpart; every process that uses the same Redis server and name shares one limit.
+Create one object per limit and process and share it: each keeps a background task in the
+client's task group while the client is entered.
 """
 
 from ._primitives import RedisLimiter as RedisLimiter
