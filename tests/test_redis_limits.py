@@ -493,3 +493,37 @@ async def test_limiter_reentered_by_its_holder(redis_server: RedisServer) -> Non
         assert "burst" in str(info.value.info)
         assert lim.statistics().entered == 4
         assert await leftovers(client, name) == []
+
+
+async def test_client_closed_under_waiters(redis_server: RedisServer) -> None:
+    """Closing the client while a flow and a task wait fails both with CommError, no hang."""
+    name = fresh()
+    results: list[Any] = []
+    async with connect(redis_server) as holder_client:
+        holder = RedisMutex(holder_client, name, lease_ms=600)
+        async with holder, anyio.create_task_group() as tg:
+            async with connect(redis_server) as client:
+                mutex = RedisMutex(client, name, lease_ms=600)
+                asi = run_flow(mutex, lambda asi: None)
+
+                async def flow() -> None:
+                    try:
+                        await asi.promise()
+                    except FutoInError as e:
+                        results.append((e.code, asi.state.error_info))
+
+                async def task() -> None:
+                    try:
+                        async with mutex:
+                            pass
+                    except FutoInError as e:
+                        results.append((e.code, e.info))
+
+                tg.start_soon(flow)
+                tg.start_soon(task)
+                await wait_for(lambda: mutex.statistics().waiting == 2)
+            await wait_for(lambda: len(results) == 2)
+        assert results == [(Errors.CommError,
+                            f"RedisMutex {name!r}: the coredis client was closed")] * 2
+        # A closed client cannot leave the queue: its places end with their lease.
+        assert await leftovers(holder_client, name) == []

@@ -42,6 +42,11 @@ end
 
 _MUTEX: Final = _COMMON + """
 local H, Q, QL, SEQ = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- The holders' key lives until its last lease ends (a key emptied and refilled has no TTL).
+local function expire_holders()
+  local last = redis.call('ZRANGE', H, -1, -1, 'WITHSCORES')
+  if last[2] then redis.call('PEXPIRE', H, math.max(1, math.ceil(tonumber(last[2]) - now))) end
+end
 local function grant(max, sigp, ttl)
   redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
   expire_queue(Q, QL)
@@ -55,6 +60,7 @@ local function grant(max, sigp, ttl)
     end
   end
   if redis.call('ZCARD', Q) == 0 then redis.call('DEL', SEQ) end
+  expire_holders()
 end
 """
 
@@ -68,13 +74,14 @@ local held = redis.call('ZCARD', H)
 local qn = redis.call('ZCARD', Q)
 if qn == 0 and held < max then
   redis.call('ZADD', H, now + lease, tok)
-  redis.call('PEXPIRE', H, lease)
+  expire_holders()
   return {1, held + 1, 0}
 end
 if maxq >= 0 and qn >= maxq then return {-1, held, qn} end
 redis.call('ZADD', Q, redis.call('INCR', SEQ), tok)
 redis.call('ZADD', QL, now + lease, tok)
-touch(lease, H, Q, QL, SEQ)
+touch(lease, Q, QL, SEQ, SEQ)
+expire_holders()
 return {0, held, qn + 1}
 """
 
@@ -86,6 +93,7 @@ redis.call('ZREM', H, tok)
 redis.call('ZREM', Q, tok)
 redis.call('ZREM', QL, tok)
 grant(max, sigp, lease)
+expire_holders()
 return {redis.call('ZCARD', H), redis.call('ZCARD', Q)}
 """
 
@@ -105,7 +113,8 @@ for i = 4, #ARGV do
   end
 end
 grant(max, sigp, lease)
-touch(lease, H, Q, QL, SEQ)
+touch(lease, Q, QL, SEQ, SEQ)
+expire_holders()
 return {missing, redis.call('ZCARD', H), redis.call('ZCARD', Q)}
 """
 
