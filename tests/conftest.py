@@ -26,3 +26,13 @@ def _hang_guard() -> Iterator[None]:
     faulthandler.dump_traceback_later(120, exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[object]:
+    """A real redis-server on 127.0.0.1 and a free port, for the whole session."""
+    from redis_support.server import RedisServer
+
+    server = RedisServer()
+    yield server
+    server.close()

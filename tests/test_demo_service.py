@@ -21,7 +21,7 @@ from examples.service.protocol import LineStream  # noqa: E402
 from examples.service.server import Server  # noqa: E402
 
 
-def run_demo(backend: str, duration: float = 2.0) -> dict[str, Any]:
+def run_demo(backend: str, duration: float = 2.0, *extra: str) -> dict[str, Any]:
     pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     result = subprocess.run(
         [
@@ -35,6 +35,7 @@ def run_demo(backend: str, duration: float = 2.0) -> dict[str, Any]:
             "--seed",
             "1",
             "--json",
+            *extra,
         ],
         capture_output=True,
         text=True,
@@ -69,6 +70,19 @@ def test_demo_summary(backend: str) -> None:
     for backend_stats in s["server_backends"].values():
         assert backend_stats["open_connections"] == 0
         assert backend_stats["released_on_cancel"] > 0
+
+
+def test_demo_processes_share_one_limiter() -> None:
+    """``--processes 2``: two server processes (asyncio and trio) behind one port share one
+    RedisLimiter on a throwaway redis-server; every request still ends exactly one way."""
+    s = run_demo("asyncio", 2.0, "--processes", "2")
+    assert s["other_errors"] == {}
+    assert s["sent"] == s["ok"] + s["DefenseRejected"] + s["Timeout"] + s["hung_up"]
+    assert s["ok"] > 0
+    limiter = s["server_limiter"]
+    assert "shared_held" in limiter  # the statistics of a RedisLimiter
+    assert (limiter["held"], limiter["waiting"], limiter["rate_waiting"]) == (0, 0, 0)
+    assert s["server_active_flows"] == 0
 
 
 async def wait_until(predicate: Any, limit: float = 5.0) -> None:

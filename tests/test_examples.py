@@ -91,6 +91,10 @@ flow 2: promise() raised CommError (connection reset)
     "spec_3_6_synchronization.py": """\
 25 flows passed the critical section, at most 10 at a time
 """,
+    "redis_limits.py": """\
+entries: 12
+max holders at once: 1
+""",
     "mutex.py": """\
 Max concurrency 0: 1
 Max concurrency 1: 1

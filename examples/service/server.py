@@ -105,6 +105,8 @@ class Server:
     :param users_ms: typical latency of the "users" back-end.
     :param orders_ms: typical latency of the "orders" back-end.
     :param slow_ratio: share of back-end calls that take 10-20 times longer.
+    :param limiter: a limit object to use instead of a local ``Limiter`` built from the
+        parameters above (the multi-process demo passes a ``RedisLimiter`` shared by all).
     """
 
     def __init__(
@@ -120,9 +122,10 @@ class Server:
         orders_ms: float = 20,
         slow_ratio: float = 0.01,
         seed: int | None = None,
+        limiter: Any = None,
     ) -> None:
         rng = random.Random(seed)
-        self.limiter = Limiter(
+        self.limiter = limiter or Limiter(
             concurrent=concurrent, max_queue=max_queue, rate=rate, period_ms=period_ms, burst=burst
         )
         self.users = SimulatedBackend("users", rng, typical_ms=users_ms, slow_ratio=slow_ratio)
@@ -209,9 +212,26 @@ class Server:
         return answer
 
 
-async def serve(port: int, host: str = "127.0.0.1", **options: Any) -> None:
-    server = Server(**options)
-    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+async def serve(port: int, host: str = "127.0.0.1", redis_port: int | None = None,
+                reuse_port: bool = False, **options: Any) -> None:
+    """Serve on ``port``; with ``redis_port``, the Limiter is a ``RedisLimiter`` shared by
+    every server process using that Redis (``reuse_port``: several processes on one port)."""
+    if redis_port is None:
+        await _serve(Server(**options), port, host, reuse_port)
+        return
+    import coredis
+
+    from futoin_anyio.redis import RedisLimiter
+
+    async with coredis.Redis(host="127.0.0.1", port=redis_port) as client:
+        limiter = RedisLimiter(client, "demo-service", concurrent=16, max_queue=16, rate=60,
+                               period_ms=100, burst=16, lease_ms=3000)
+        await _serve(Server(limiter=limiter, **options), port, host, reuse_port)
+
+
+async def _serve(server: Server, port: int, host: str, reuse_port: bool) -> None:
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port,
+                                               reuse_port=reuse_port)
     print(f"serving on {host}:{port}", flush=True)
     async with listener:
         await listener.serve(server.handle)
@@ -222,9 +242,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
+    parser.add_argument("--redis-port", type=int, help="share the Limiter through this Redis")
+    parser.add_argument("--reuse-port", action="store_true", help="several servers, one port")
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl+C stops the server
-        anyio.run(serve, args.port, args.host, backend=args.backend)
+        anyio.run(serve, args.port, args.host, args.redis_port, args.reuse_port,
+                  backend=args.backend)
 
 
 if __name__ == "__main__":

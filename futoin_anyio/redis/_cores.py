@@ -1,0 +1,205 @@
+"""The shared state of a limit as seen from one process: the calls of its Lua scripts.
+
+A :class:`MutexCore` counts holders (``max`` permits), a :class:`ThrottleCore` counts entries
+per period; a Limiter uses one of each. ``acquire()`` returns once the entry is let in (or
+raises ``DefenseRejected``/``CommError``); a task cancelled or failed while waiting leaves the
+shared queue in the background, so cancellation never waits on Redis.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from anyio import Event
+
+from .._sync_common import rejected
+from . import _scripts
+from ._agent import HELD, NEW, QUEUED, Agent, Waiter
+
+__all__ = ()
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class _Core:
+    """What both cores share: the waiting part of ``acquire()``."""
+
+    agent: Agent
+    rejected: int
+    waiting: int
+
+    def granted(self, w: Waiter) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def leave_token(self, token: str) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def _wait(self, w: Waiter) -> Waiter:
+        """Wait for a queued ``w`` to be let in."""
+        event = w.event
+        assert event is not None
+        self.waiting += 1
+        try:
+            await event.wait()
+        except BaseException:
+            if w.state is QUEUED or w.state is HELD:
+                # Cancelled while waiting, or let in but cancelled before it could resume.
+                self.agent.set_done(w)
+                self.agent.spawn(self.leave_token, w.token)
+            raise
+        finally:
+            self.waiting -= 1
+        if w.error is not None:
+            raise w.error
+        return w
+
+    async def _first_call(self, w: Waiter, script: Any, keys: list[str], args: list[Any]) -> Any:
+        w.event = Event()
+        try:
+            return await self.agent.call(script, keys, args)
+        except BaseException:
+            self.agent.set_done(w)
+            self.agent.spawn(self.leave_token, w.token)  # the script may have run
+            raise
+
+
+class MutexCore(_Core):
+    """``max`` permits shared by every process; FIFO queue of at most ``max_queue``."""
+
+    def __init__(self, agent: Agent, sub: str, max: int, max_queue: int | None,
+                 reject_info: str) -> None:
+        self.agent = agent
+        p = agent.prefix + sub
+        self.keys = [p + "h", p + "q", p + "ql", p + "seq"]
+        self.max = max
+        self.max_queue = -1 if max_queue is None else max_queue
+        self.reject_info = reject_info
+        client = agent.client
+        self._acquire = client.register_script(_scripts.MUTEX_ACQUIRE)
+        self._leave = client.register_script(_scripts.MUTEX_LEAVE)
+        self._renew = client.register_script(_scripts.MUTEX_RENEW)
+        self.rejected = 0
+        self.waiting = 0
+        self.shared_held = 0
+        self.shared_waiting = 0
+
+    async def acquire(self) -> Waiter:
+        agent = self.agent
+        agent.start()
+        if agent.pending:
+            await agent.settled()
+        w = agent.new_waiter(self)
+        status, held, queued = await self._first_call(
+            w, self._acquire, self.keys,
+            [w.token, self.max, self.max_queue, agent.lease, agent.signal_prefix])
+        self.shared_held, self.shared_waiting = int(held), int(queued)
+        if status == 1:
+            agent.set_held(w, keep=True)
+            return w
+        if status == -1:
+            agent.set_done(w)
+            self.rejected += 1
+            raise rejected(self.reject_info)
+        if w.state is NEW:
+            agent.set_queued(w)
+            return await self._wait(w)
+        return w  # let in by a signal that came before the reply
+
+    def granted(self, w: Waiter) -> None:
+        self.agent.set_held(w, keep=True)
+
+    def release(self, w: Waiter) -> None:
+        """Give the permit back (in the background: a cancelled task never waits on Redis)."""
+        self.agent.set_done(w)
+        self.agent.spawn(self.leave_token, w.token)
+
+    async def leave_token(self, token: str) -> None:
+        agent = self.agent
+        held, queued = await agent.call(self._leave, self.keys,
+                                        [token, self.max, agent.lease, agent.signal_prefix])
+        self.shared_held, self.shared_waiting = int(held), int(queued)
+
+    async def renew(self, tokens: list[str]) -> list[str]:
+        agent = self.agent
+        missing, held, queued = await agent.call(
+            self._renew, self.keys, [self.max, agent.lease, agent.signal_prefix, *tokens])
+        self.shared_held, self.shared_waiting = int(held), int(queued)
+        return [_text(t) for t in missing]
+
+
+class ThrottleCore(_Core):
+    """At most ``max`` entries per period shared by every process; FIFO queue."""
+
+    def __init__(self, agent: Agent, sub: str, max: int, period_ms: float,
+                 max_queue: int | None, reject_info: str) -> None:
+        self.agent = agent
+        p = agent.prefix + sub
+        self.keys = [p + "q", p + "ql", p + "seq", p + "p"]
+        self.max = max
+        self.period = repr(period_ms)
+        self.max_queue = -1 if max_queue is None else max_queue
+        self.reject_info = reject_info
+        client = agent.client
+        self._acquire = client.register_script(_scripts.THROTTLE_ACQUIRE)
+        self._tick = client.register_script(_scripts.THROTTLE_TICK)
+        self._leave = client.register_script(_scripts.THROTTLE_LEAVE)
+        self._renew = client.register_script(_scripts.THROTTLE_RENEW)
+        self.rejected = 0
+        self.waiting = 0
+        self.entered = 0
+        self.shared_entries = 0
+        self.shared_waiting = 0
+        agent.throttle = self
+
+    async def acquire(self) -> None:
+        agent = self.agent
+        agent.start()
+        if agent.pending:
+            await agent.settled()
+        w = agent.new_waiter(self)
+        status, left, entries, queued = await self._first_call(
+            w, self._acquire, self.keys,
+            [w.token, self.max, self.max_queue, self.period, agent.lease, agent.signal_prefix])
+        self.shared_entries, self.shared_waiting = int(entries), int(queued)
+        if status == 1:
+            agent.set_held(w, keep=False)
+            self.entered += 1
+            return
+        if status == -1:
+            agent.set_done(w)
+            self.rejected += 1
+            raise rejected(self.reject_info)
+        if w.state is NEW:
+            agent.set_queued(w)
+            agent.arm_tick(int(left))
+            await self._wait(w)
+        self.entered += 1
+
+    def granted(self, w: Waiter) -> None:
+        self.agent.set_held(w, keep=False)
+
+    async def leave_token(self, token: str) -> None:
+        (queued,) = await self.agent.call(self._leave, self.keys, [token])
+        self.shared_waiting = int(queued)
+
+    async def tick(self) -> None:
+        agent = self.agent
+        left, entries, queued = await agent.call(
+            self._tick, self.keys, [self.max, self.period, agent.lease, agent.signal_prefix])
+        self.shared_entries, self.shared_waiting = int(entries), int(queued)
+        if agent.queued:
+            agent.arm_tick(int(left))
+
+    async def renew(self, tokens: list[str]) -> list[str]:
+        agent = self.agent
+        missing, left, entries, queued = await agent.call(
+            self._renew, self.keys,
+            [self.max, self.period, agent.lease, agent.signal_prefix, *tokens])
+        self.shared_entries, self.shared_waiting = int(entries), int(queued)
+        if agent.queued:
+            agent.arm_tick(int(left))
+        return [_text(t) for t in missing]
+
+
