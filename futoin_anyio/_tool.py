@@ -590,51 +590,53 @@ class AsyncTool:
         flow = step._flow
         assert flow is not None
         interrupted: AsyncSteps | None = None
-        with CancelScope(deadline=_flow_deadline(flow)) as scope:
-            self._inline_scope = scope
-            if self._ready or self._foreign_timers(flow):
-                self._start_helper()
-            while True:
-                self._inline_next = None
-                self._inline = step
-                try:
-                    result, error = await _await_step(step, scope)
-                except BaseException:
-                    if scope.cancel_called:
-                        interrupted = step
-                    raise  # our scope absorbs its own cancellation, anything else goes out
-                finally:
-                    self._inline = None
-                if scope.cancel_called:
-                    # The step was cancelled, yet its coroutine returned or failed. An error
-                    # wins, as in a task group, unless the whole root is being cancelled.
-                    ext = step._ext
-                    assert ext is not None
-                    if error is None or ext.on_end is not None:
-                        interrupted = step
-                    else:
-                        ext.pending = None
-                        if _coroutine_done(step, result, error, inline=True):
-                            self._schedule(flow)
-                    break
-                if not _coroutine_done(step, result, error, inline=True):
-                    break
-                self._current = flow
-                try:
-                    flow.run(BURST)
-                finally:
-                    self._current = None
-                following = self._inline_next
-                if following is None:
-                    break
-                step = following
-                deadline = _flow_deadline(flow)
-                if deadline != scope.deadline:
-                    scope.deadline = deadline
-        self._inline_scope = None
-        self._inline_next = None
-        if self._helper:
-            self._wake()  # the helper sees the inline run is over and ends
+        try:
+            with CancelScope(deadline=_flow_deadline(flow)) as scope:
+                self._inline_scope = scope
+                if self._ready or self._foreign_timers(flow):
+                    self._start_helper()
+                while True:
+                    self._inline_next = None
+                    self._inline = step
+                    try:
+                        result, error = await _await_step(step, scope)
+                    except BaseException:
+                        if scope.cancel_called:
+                            interrupted = step
+                        raise  # our scope absorbs its own cancellation, anything else goes out
+                    finally:
+                        self._inline = None
+                    self._current = flow
+                    try:
+                        if scope.cancel_called:
+                            # The step was cancelled, yet its coroutine returned or failed. An
+                            # error wins, as in a task group, unless the root is being cancelled.
+                            ext = step._ext
+                            assert ext is not None
+                            if error is None or ext.on_end is not None:
+                                interrupted = step
+                            else:
+                                ext.pending = None
+                                if _coroutine_done(step, result, error, inline=True):
+                                    self._schedule(flow)
+                            break
+                        if not _coroutine_done(step, result, error, inline=True):
+                            break
+                        flow.run(BURST)  # on with the flow, in the same scope
+                    finally:
+                        self._current = None
+                    following = self._inline_next
+                    if following is None:
+                        break
+                    step = following
+                    deadline = _flow_deadline(flow)
+                    if deadline != scope.deadline:
+                        scope.deadline = deadline
+        finally:
+            self._inline_scope = None
+            self._inline_next = None
+            if self._helper:
+                self._wake()  # the helper sees the inline run is over and ends
         if interrupted is not None:
             _inline_cancelled(self, interrupted)
 

@@ -366,3 +366,44 @@ async def test_limiter_released_by_inline_section_lets_the_next_in() -> None:
     for i in range(0, 6, 2):
         name = order[i].split()[0]
         assert order[i : i + 2] == [f"{name} in", f"{name} out"]
+
+
+async def test_keyboard_interrupt_after_an_inline_coroutine_is_raised_bare() -> None:
+    async def first(asi: AsyncSteps) -> None:
+        await anyio.lowlevel.checkpoint()
+
+    def second(asi: AsyncSteps) -> None:
+        raise KeyboardInterrupt
+
+    log: list[str] = []
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.set_cancel(lambda asi: log.append("cancel handler"))
+        asi.add(first).add(second)
+
+    asi = AsyncSteps()
+    asi.add(outer)
+    before = _own_tasks()
+    with pytest.raises(KeyboardInterrupt):
+        await asi.promise()
+    assert log == ["cancel handler"]
+    assert _own_tasks() == before
+
+
+async def test_error_handler_between_inline_coroutines() -> None:
+    seen: list[Any] = []
+
+    async def fails(asi: AsyncSteps) -> None:
+        await anyio.lowlevel.checkpoint()
+        asi.error("First", "info")
+
+    async def after(asi: AsyncSteps, value: str) -> str:
+        await anyio.lowlevel.checkpoint()
+        seen.append(anyio.get_current_task().id)
+        return value.upper()
+
+    asi = AsyncSteps()
+    asi.add(fails, lambda asi, code: asi.success(code))
+    asi.add(after)
+    assert await asi.promise() == "FIRST"
+    assert seen == [anyio.get_current_task().id]
