@@ -26,6 +26,7 @@ import logging
 import math
 import sys
 from asyncio import sleep as _asyncio_sleep
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from functools import partial
 from importlib import import_module
@@ -60,7 +61,7 @@ from ._frame import (
 )
 from ._loops import _FOR_EACH, _LOOP, _REPEAT, _Loop
 from ._state import State, fresh_state
-from ._tool import BURST, AsyncTool, _check_ms, current_tool
+from ._tool import _EMPTY, BURST, AsyncTool, _check_ms, current_tool
 from ._types import CancelHandler, ErrorHandler, ISync, StepFunc, _Item
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -549,7 +550,16 @@ class AsyncSteps:
         self._started = True
         self._tool = tool
         self._unhandled = unhandled_error
-        tool._add_root(self)
+        roots = tool._roots  # a hot path: the containers are made here when first needed
+        if roots is _EMPTY:
+            roots = tool._roots = set()
+        roots.add(self)
+        ready = tool._ready
+        if ready is _EMPTY:
+            ready = tool._ready = deque()
+        ready.append(self)
+        if tool._sleep_scope is not None or tool._inline is not None:
+            tool._wake()
 
     def _go(self, budget: int) -> int:
         """First run of a root started with ``execute()`` (called by its AsyncTool)."""

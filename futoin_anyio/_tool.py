@@ -432,16 +432,6 @@ class AsyncTool:
             ready = self._ready = deque()
         return ready
 
-    def _add_root(self, root: AsyncSteps) -> None:
-        """A root started with ``execute()``: it runs when its turn comes."""
-        roots = self._roots
-        if roots is _EMPTY:
-            roots = self._roots = set()
-        roots.add(root)
-        self._ready_queue().append(root)
-        if self._sleep_scope is not None or self._inline is not None:
-            self._wake()
-
     def _schedule(self, flow: _Flow) -> None:
         """Put a flow that can go on into the run queue."""
         if not flow.queued:
