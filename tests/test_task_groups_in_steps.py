@@ -368,3 +368,35 @@ async def test_tasks_of_coroutine_steps_are_named_after_the_step_function() -> N
         root.add(root_step)
         root.execute()
     assert names == [f"{__name__}.{root_step.__qualname__}"]
+
+
+async def test_root_cancelled_inside_a_nursery_under_execute_leaves_others_alone() -> None:
+    started = anyio.Event()
+    log: list[str] = []
+
+    async def in_group(asi: AsyncSteps) -> None:
+        asi.set_cancel(lambda asi: log.append("cancel handler"))
+
+        async def child() -> None:
+            started.set()
+            await anyio.sleep_forever()
+
+        await _in_task_group(child, nested=True)
+
+    async def other(asi: AsyncSteps) -> str:
+        await started.wait()
+        await anyio.sleep(0.02)
+        return "other ok"
+
+    async with AsyncTool() as tool:
+        first = AsyncSteps()
+        first.add(in_group)
+        first.execute(lambda code: log.append(f"unhandled {code}"))
+        second = AsyncSteps()
+        second.add(other)
+        second.add(lambda asi, v: log.append(v))
+        second.execute()
+        await started.wait()
+        first.cancel()
+    assert log == ["cancel handler", "other ok"]
+    assert tool.statistics().tasks == 0
