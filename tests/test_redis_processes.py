@@ -171,7 +171,9 @@ async def test_redis_restarted_mid_run(anyio_backend: str) -> None:
             assert count + errors <= 4 * 400
             assert count > 0
             assert await get_int(client, f"test:{name}:in") <= 0
-            assert await get_int(client, f"test:{name}:max") <= 2
+            # Holders inside when the server lost its data stay inside (counted as lost, see
+            # docs/redis.rst): around the restart, at most the limit (2) more can be inside.
+            assert await get_int(client, f"test:{name}:max") <= 2 + 2
             assert await limit_keys(client, name) == []
         assert done < 60
     finally:
