@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
 if TYPE_CHECKING:
     from ._engine import AsyncSteps
@@ -19,8 +19,12 @@ CancelHandler: TypeAlias = Callable[["AsyncSteps"], object]
 _Item: TypeAlias = "StepFunc | tuple[StepFunc, ErrorHandler | None]"
 
 
+@runtime_checkable
 class ISync(Protocol):
     """The synchronisation protocol of FTN12 §1.11.3: ``obj.sync(asi, func, onerror)``.
+
+    Runtime-checkable: ``isinstance(obj, ISync)`` is true for any object with a ``sync()``
+    method (Mutex, Throttle, Limiter, the Redis primitives, a class of your own).
 
     An implementation adds steps to ``asi`` that enter its critical section, run ``func`` with the
     incoming success arguments, leave the section and pass ``func``'s result on.
