@@ -52,8 +52,10 @@ def _build() -> Any:
     try:
         from cffi import FFI
 
-        from futoin_anyio.binary import get_include
-    except ImportError as e:
+        from futoin_anyio.binary import get_include, require_build_tools
+
+        require_build_tools()
+    except (ImportError, RuntimeError) as e:
         raise NotAvailable(f"binary bridge: {e}") from e
     include = get_include()
     if not os.path.exists(os.path.join(include, "futoin.h")):

@@ -26,7 +26,7 @@ import anyio
 from cffi import FFI
 
 from futoin_anyio import AsyncSteps
-from futoin_anyio.binary import c_step, get_include
+from futoin_anyio.binary import c_step, get_include, require_build_tools
 
 HERE = Path(__file__).resolve().parent
 
@@ -40,6 +40,7 @@ void c_wait(FutoInAsyncSteps* bsi, void* data, const FutoInArgs* args);
 
 def build(tmp: str) -> ModuleType:
     """Compile c/c_steps.c into an extension module in ``tmp`` and import it."""
+    require_build_tools()  # setuptools: pip install 'futoin_anyio[c]'
     ffi = FFI()
     ffi.cdef(CDEF)
     ffi.set_source(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,20 @@ def test_native_sources_are_clean(tmp_path: Path, source: str) -> None:
     # The test C sources use the shipped header only, warning-free even with -pedantic.
     native = Path(__file__).parent / "native" / source
     _compile(tmp_path, "gcc", "c11", ".c", f'#include "{native}"\n')
+
+
+def test_compiling_c_steps_without_setuptools_names_the_extra() -> None:
+    """In an environment without setuptools (a Python >= 3.12 venv without the ``c`` extra),
+    compiling a C step fails with an error that says what to install."""
+    code = (
+        "import sys\n"
+        "sys.modules['setuptools'] = None  # what a venv without setuptools looks like\n"
+        "import futoin_anyio.binary as b\n"
+        "try:\n"
+        "    b.require_build_tools()\n"
+        "except RuntimeError as e:\n"
+        "    print(e)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=False)
+    assert "pip install 'futoin_anyio[c]'" in result.stdout, result.stderr

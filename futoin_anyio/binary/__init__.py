@@ -15,6 +15,7 @@ lifetimes, what cannot be checked) are in the documentation's "The binary interf
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 try:
@@ -58,6 +59,7 @@ __all__ = (
     "c_error_handler",
     "c_step",
     "get_include",
+    "require_build_tools",
     "sync_binary_of",
     "wrap_sync",
 )
@@ -69,6 +71,26 @@ def get_include() -> str:
     Like :func:`numpy.get_include`, it points inside the installed package.
     """
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
+def require_build_tools() -> None:
+    """Check that C steps can be compiled at run time (with cffi's ``ffi.compile()``).
+
+    That needs setuptools, which virtual environments of Python 3.12 and later no longer
+    have: it comes with the ``c`` extra (``pip install 'futoin_anyio[c]'``). A C compiler is
+    needed too.
+
+    :raises RuntimeError: setuptools is missing; the message names the extra.
+    """
+    try:
+        found = importlib.util.find_spec("setuptools") is not None
+    except (ImportError, ValueError):  # blocked, or a broken entry in sys.modules
+        found = False
+    if not found:
+        raise RuntimeError(
+            "compiling C steps at run time (cffi's ffi.compile()) needs setuptools, which this "
+            "Python environment lacks: pip install 'futoin_anyio[c]'"
+        )
 
 
 def _fixup_module_metadata() -> None:

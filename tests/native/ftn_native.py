@@ -27,6 +27,7 @@ def have_compiler() -> bool:
 
 def build(name: str, source: str, cdef: str, tmpdir: Path) -> ModuleType:
     """Compile ``tests/native/<source>`` as the cffi module ``name`` and import it."""
+    futoin_anyio.binary.require_build_tools()
     ffi = FFI()
     ffi.cdef(CDEF_SPEC + cdef)
     ffi.set_source(
