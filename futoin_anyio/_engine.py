@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from asyncio import sleep as _asyncio_sleep
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from functools import partial
@@ -36,6 +35,8 @@ from threading import get_ident
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from anyio import CancelScope, get_cancelled_exc_class
+from anyio.lowlevel import cancel_shielded_checkpoint as _cancel_shielded_checkpoint
+from anyio.lowlevel import checkpoint_if_cancelled as _checkpoint_if_cancelled
 
 from ._errors import Errors, FutoInError
 from ._frame import (
@@ -75,6 +76,11 @@ if TYPE_CHECKING:
 __all__ = ("AsyncSteps", "flow_key", "go_on_with", "on_exit", "root_id")
 
 logger = logging.getLogger("futoin_anyio")
+
+#: ``promise()`` calls whose driver never yielded, in a row; every ``_YIELD_EVERY``-th makes a
+#: schedule point (see :meth:`AsyncSteps.promise`).
+_YIELD_EVERY = 16
+_unyielded = 0
 
 
 class AsyncSteps:
@@ -600,13 +606,12 @@ class AsyncSteps:
         flow = self._start(driver)
         driver._main = flow
         driver._bind()
-        # A cancel point and a schedule point, before anything of the root runs (as Trio's own
-        # operations): a cancelled task does not start the root, and a loop of roots that
-        # complete at once does not starve the event loop.
-        if driver._library == "asyncio":
-            await _asyncio_sleep(0)  # what AnyIO's checkpoint() does, without its dispatch
+        # A cancel point before anything of the root runs: a cancelled task does not start it.
+        trio = driver._library != "asyncio"
+        if trio:
+            await sys.modules["trio"].lowlevel.checkpoint_if_cancelled()
         else:
-            await sys.modules["trio"].lowlevel.checkpoint()
+            await _checkpoint_if_cancelled()
         try:
             driver._current = flow
             try:
@@ -618,6 +623,8 @@ class AsyncSteps:
                 if driver._needs_task_group():
                     await driver._drive(flow)
         except BaseException:
+            if driver._raw_tasks:  # their coroutines end first, as a task group's would
+                await driver._join_raw_tasks(cancel=True)
             flow.abort()
             driver._cancel_all()
             raise
@@ -625,7 +632,21 @@ class AsyncSteps:
             driver._exited = True  # nothing more can be scheduled on it
         else:
             driver._cancel_all()  # roots executed into this private driver end with it
+        if driver._raw_tasks:
+            await driver._join_raw_tasks()
         self._flow = None  # no root <-> flow cycle left behind
+        if not driver._slept:
+            # The driver never yielded (the root completed at once, or only its own coroutine
+            # steps ran): a schedule point every _YIELD_EVERY such calls in a row, so a loop of
+            # instant roots cannot starve the event loop, without a task switch per call.
+            global _unyielded
+            _unyielded += 1
+            if _unyielded >= _YIELD_EVERY:
+                _unyielded = 0
+                if trio:
+                    await sys.modules["trio"].lowlevel.cancel_shielded_checkpoint()
+                else:
+                    await _cancel_shielded_checkpoint()
         return flow.outcome()
 
     def cancel(self) -> None:

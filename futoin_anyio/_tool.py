@@ -22,7 +22,7 @@ from asyncio import Future as _asyncio_future_type
 from asyncio import _get_running_loop as _running_asyncio_loop
 from collections import deque
 from collections.abc import Callable, Coroutine
-from contextvars import ContextVar
+from contextvars import ContextVar, copy_context
 from dataclasses import dataclass
 from heapq import heappop, heappush
 from threading import Lock, get_ident
@@ -149,6 +149,7 @@ class AsyncTool:
         "_exited",
         "_fatal",
         "_helper",
+        "_helper_ended",
         "_inflight",
         "_inline",
         "_inline_next",
@@ -159,10 +160,13 @@ class AsyncTool:
         "_pending",
         "_pending_coros",
         "_public",
+        "_raw_idle",
+        "_raw_tasks",
         "_ready",
         "_roots",
         "_seq",
         "_sleep_scope",
+        "_slept",
         "_tasks_idle",
         "_tg",
         "_thread",
@@ -218,6 +222,12 @@ class AsyncTool:
         self._inline_next: AsyncSteps | None = None
         self._inline_scope: CancelScope | None = None
         self._helper = False
+        self._helper_ended: anyio.Event | None = None
+        # Tasks started outside any task group while the caller awaits inline (see _spawn): their
+        # cancel scopes, each with its task (asyncio keeps only weak references to tasks).
+        self._raw_tasks: set[_RawTask] = _EMPTY
+        self._raw_idle: anyio.Event | None = None
+        self._slept = False  # the driver yielded to the event loop (promise(): see there)
         self._library = "asyncio"  # the AnyIO backend's name, known once bound
 
     # -- the FTN12 §2.6 interface -------------------------------------------------------------
@@ -465,18 +475,20 @@ class AsyncTool:
         flow and nothing is awaited inline yet, else as a task named after the step function."""
         if step._flow is self._main and self._inline is None and self._inline_next is None:
             self._inline_next = step
-            if self._tg is None:
-                self._need_tg = True
             return
         tg = self._tg
-        if tg is None:
+        if tg is not None:
+            tg.start_soon(runner, step, coro, name=_task_name(step))
+        elif self._inline_scope is not None:
+            # The caller is awaiting a coroutine step inline: no task group can be opened in its
+            # task now, and this coroutine may be what the inline one waits for.
+            self._spawn(runner, (step, coro), _task_name(step))
+        else:
             if self._pending_coros is _EMPTY:
                 self._pending_coros = []
             self._pending_coros.append((runner, (step, coro)))
             self._need_tg = True
             self._wake()
-        else:
-            tg.start_soon(runner, step, coro, name=_task_name(step))
 
     def _tick(self) -> None:
         """Run ready flows and callbacks, in FIFO order, for one burst of :data:`BURST` steps.
@@ -545,10 +557,13 @@ class AsyncTool:
             elif self._ready:
                 self._tick()
                 if self._inline_next is None:
+                    self._slept = True
                     await checkpoint()
             elif self._timers and self._next_deadline() != math.inf:
+                self._slept = True
                 await self._idle()
             elif self._library == "asyncio":
+                self._slept = True
                 future = self._sleep_scope = self._threadsafe.create_future()
                 try:
                     await future
@@ -556,6 +571,7 @@ class AsyncTool:
                     if self._sleep_scope is future:
                         self._sleep_scope = None
             else:
+                self._slept = True
                 lowlevel = sys.modules["trio"].lowlevel
                 self._sleep_scope = lowlevel.current_task()
                 await lowlevel.wait_task_rescheduled(self._abort_park)
@@ -626,8 +642,8 @@ class AsyncTool:
             self._inline_scope = None
             self._inline_next = None
             if self._helper:
-                self._wake()  # the helper sees the inline run is over and ends
-        if interrupted is not None:
+                await self._join_helper()
+        if interrupted is not None and self._fatal is None:
             _inline_cancelled(self, interrupted)
 
     def _foreign_timers(self, flow: _Flow) -> bool:
@@ -643,19 +659,8 @@ class AsyncTool:
         return False
 
     def _start_helper(self) -> None:
-        tg = self._tg
-        assert tg is not None
         self._helper = True
-        if _sniffio is None:  # AnyIO finds asyncio's running loop by itself
-            tg.start_soon(self._help, name="futoin_anyio driver helper")
-            return
-        # The wake may come from a plain event-loop callback (a thread hand-off, a future's
-        # done callback), where no task tells which library runs: say it.
-        token = _sniffio.current_async_library_cvar.set(self._library)
-        try:
-            tg.start_soon(self._help, name="futoin_anyio driver helper")
-        finally:
-            _sniffio.current_async_library_cvar.reset(token)
+        self._spawn(self._help, (), "futoin_anyio driver helper")
 
     async def _help(self) -> None:
         """Serve the driver's callbacks, timers and other flows while it awaits inline."""
@@ -668,6 +673,74 @@ class AsyncTool:
                     await self._idle()
         finally:
             self._helper = False
+            ended = self._helper_ended
+            if ended is not None:
+                self._helper_ended = None
+                ended.set()
+
+    async def _join_helper(self) -> None:
+        """The inline run is over: wait (shielded) until the helper has seen it and ended."""
+        with CancelScope(shield=True):
+            while self._helper:
+                ended = self._helper_ended = anyio.Event()
+                self._wake()
+                await ended.wait()
+
+    def _spawn(self, func: _CoroRunner, args: tuple[Any, ...], name: str) -> None:
+        """Start ``func(*args)`` in a task of no task group: the helper, or a coroutine step of
+        a concurrent flow while the caller awaits inline (a ``promise()`` driver only).
+
+        No task group is opened for them: ``promise()`` joins every such task before it
+        returns (cancelling them first if it is left by an exception), so none outlives it. An
+        exception that escapes one stops the driver (see :meth:`_report_fatal`).
+        """
+        raw = self._raw_tasks
+        if raw is _EMPTY:
+            raw = self._raw_tasks = set()
+        context = copy_context()
+        if _sniffio is not None:
+            # The start may come from a plain event-loop callback (a thread hand-off, a future's
+            # done callback), where no task tells which library runs: say it.
+            context.run(_sniffio.current_async_library_cvar.set, self._library)
+        task = _RawTask()
+        raw.add(task)
+        body = self._raw_task(task, func, args)
+        if self._library == "asyncio":
+            task.task = context.run(self._threadsafe.create_task, body, name=name)
+        else:
+            sys.modules["trio"].lowlevel.spawn_system_task(
+                _await, body, name=name, context=context)
+
+    async def _raw_task(self, task: _RawTask, func: _CoroRunner, args: tuple[Any, ...]) -> None:
+        try:
+            with CancelScope() as scope:
+                task.scope = scope
+                if task.cancelled:
+                    scope.cancel()
+                await func(*args)
+        except BaseException as exc:  # a task of no group: the driver re-raises it
+            self._report_fatal(exc)
+        finally:
+            raw = self._raw_tasks
+            raw.discard(task)
+            task.task = task.scope = None
+            idle = self._raw_idle
+            if not raw and idle is not None:
+                self._raw_idle = None
+                idle.set()
+
+    async def _join_raw_tasks(self, cancel: bool = False) -> None:
+        """Wait, shielded, until every task started by :meth:`_spawn` has ended; with
+        ``cancel``, cancel them first (as a task group left by an exception does)."""
+        with CancelScope(shield=True):
+            while self._raw_tasks:
+                if cancel:
+                    for task in self._raw_tasks:
+                        task.cancelled = True
+                        if task.scope is not None:
+                            task.scope.cancel()
+                idle = self._raw_idle = anyio.Event()
+                await idle.wait()
 
     def _needs_task_group(self) -> bool:
         return self._fatal is not None or self._need_tg or bool(self._pending_coros)
@@ -677,6 +750,7 @@ class AsyncTool:
         for the coroutine steps that need one; raise what stopped the driver."""
         if self._fatal is None and (self._need_tg or self._pending_coros):
             error: BaseException | None = None
+            self._slept = True  # the group's exit is a schedule point
             try:
                 async with create_task_group() as tg:
                     self._tg = tg
@@ -784,10 +858,29 @@ class AsyncTool:
         re-raises it, bare, once its task group is closed."""
         if self._fatal is None:
             self._fatal = exc
+        inline = self._inline_scope
+        if inline is not None:
+            inline.cancel()  # the caller's inline await stops too
         self._wake()
 
 
 _Future = _asyncio_future_type
+
+
+async def _await(body: Coroutine[Any, Any, None]) -> None:
+    await body
+
+
+class _RawTask:
+    """A task of :meth:`AsyncTool._spawn`: its cancel scope once it runs, and its asyncio task
+    (held here: asyncio keeps only weak references to tasks)."""
+
+    __slots__ = ("cancelled", "scope", "task")
+
+    def __init__(self) -> None:
+        self.task: Any = None
+        self.scope: CancelScope | None = None
+        self.cancelled = False
 
 
 def _trio_task_type() -> type:
