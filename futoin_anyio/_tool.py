@@ -396,7 +396,8 @@ class AsyncTool:
             handle._func = _gone
             handle._args = ()
             return
-        # Counted even if already cancelled: the cancel() decremented it, or will (in order).
+        # Counted even if already cancelled: the cancel() decremented it (on this thread), or
+        # its _uncount() will (handed over after this call, so run after it).
         self._pending += 1
         if handle._tool is self:
             self._ready_queue().append(handle)
