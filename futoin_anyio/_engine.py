@@ -75,6 +75,32 @@ if TYPE_CHECKING:
 
 __all__ = ("AsyncSteps", "flow_key", "go_on_with", "on_exit", "root_id")
 
+
+def _step_reuse_proven() -> bool:
+    """May ``_Flow.run`` reuse a completed step object that ``sys.getrefcount()`` says nobody
+    holds? Only where that count is proven to see every holder.
+
+    The test is ``getrefcount(step) == 2`` (the ``step`` variable and the call's argument). Up
+    to CPython 3.13 with the GIL, every reference the user can keep — a list, a closure cell, a
+    generator or traceback frame, a context variable — is a counted one
+    (``tests/test_step_reuse.py`` checks each). CPython 3.14 borrows references on the
+    evaluation stack, so counts come out lower and a step the user still holds once could pass
+    as unheld; the free-threaded build (3.13t) splits and defers counts; other interpreters have
+    no meaningful counts. There the engine always makes a new step object (a few per cent of a
+    trivial step's cost), rather than risk handing a user's object to another step.
+    """
+    if sys.implementation.name != "cpython" or sys.version_info >= (3, 14):
+        return False
+    if sys.version_info >= (3, 13):
+        import sysconfig
+
+        return not sysconfig.get_config_var("Py_GIL_DISABLED")
+    return True
+
+
+#: Evaluated once: the hot path tests a bool.
+_REUSE_STEPS = _step_reuse_proven()
+
 logger = logging.getLogger("futoin_anyio")
 
 #: ``promise()`` calls whose driver never yielded, in a row; every ``_YIELD_EVERY``-th makes a
@@ -855,6 +881,10 @@ class _Flow:
         cls = base.__class__
         # A completed step object that nothing else references is reused for the next step:
         # nobody can observe it, and it saves an allocation and garbage-collector work per step.
+        # Only where reference counts are proven to see every holder (_REUSE_STEPS), and only
+        # for AsyncSteps itself: a subclass may allow weak references (which no count sees) or
+        # add slots of its own (which the engine does not reset).
+        reuse = _REUSE_STEPS and cls is AsyncSteps
         spare: AsyncSteps | None = None
         while budget > 0:
             frame = stack[-1]
@@ -969,7 +999,7 @@ class _Flow:
             else:
                 continue
             # Two references: ``step`` and getrefcount's argument. Nobody kept the object.
-            if ext is None and getrefcount(step) == 2 and step._queue is None \
+            if reuse and ext is None and getrefcount(step) == 2 and step._queue is None \
                     and step._binary is None:
                 spare = step
         self.driver._schedule(self)

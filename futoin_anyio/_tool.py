@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar, copy_context
 from dataclasses import dataclass
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from threading import Lock, get_ident
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, final
@@ -69,6 +69,14 @@ _foreign = Lock()
 
 _current_tool: ContextVar[AsyncTool | None] = ContextVar("futoin_anyio_tool", default=None)
 
+#: The timer heap may hold this many entries of cancelled timers beyond twice the scheduled
+#: count before it is rebuilt without them (see :meth:`AsyncTool._push_timer`).
+_PRUNE_SLACK = 64
+
+
+def _gone() -> None:
+    """The callback of a handle that ran or was cancelled: what it held is let go at once."""
+
 
 @final
 class Handle:
@@ -89,15 +97,22 @@ class Handle:
         return handle
 
     def cancel(self) -> None:
-        """Cancel the callback; a no-op if it already ran or was cancelled. Any thread."""
+        """Cancel the callback; a no-op if it already ran or was cancelled. Any thread.
+
+        The callback and its arguments are let go at once (on the loop's thread; from another
+        thread, as soon as the loop's thread takes the cancel in)."""
         tool = self._tool
         if tool is not None:
             self._tool = None
             thread = tool._thread
             if thread is None or get_ident() == thread:
                 tool._pending -= 1
-            elif not tool._exited:  # the count is the loop thread's alone
-                tool._from_thread(tool._uncount, raw=True)
+                self._func = _gone
+                self._args = ()
+                if len(tool._timers) > 2 * tool._pending + _PRUNE_SLACK:
+                    tool._prune_timers()
+            elif not tool._exited:  # the count and what the handle holds: the loop thread's
+                tool._from_thread(tool._uncount, self, raw=True)
 
     def is_valid(self) -> bool:
         """``True`` while the callback is still scheduled. Any thread (a snapshot)."""
@@ -107,8 +122,11 @@ class Handle:
         return self._tool is not None
 
     def __repr__(self) -> str:
+        func = self._func
+        if func is _gone:
+            return "<Handle done>"
         state = "scheduled" if self._tool is not None else "done"
-        return f"<Handle {getattr(self._func, '__qualname__', self._func)!r} {state}>"
+        return f"<Handle {getattr(func, '__qualname__', func)!r} {state}>"
 
 
 @final
@@ -385,17 +403,30 @@ class AsyncTool:
             self._inflight -= 1
         if self._exited:
             handle._tool = None  # handed over as the tool exited: it will never run
+            handle._func = _gone
+            handle._args = ()
             return
-        # Counted even if already cancelled: the cancel() decremented it, or will (in order).
+        # Counted even if already cancelled: the cancel() decremented it (on this thread), or
+        # its _uncount() will (handed over after this call, so run after it).
         self._pending += 1
         if handle._tool is self:
             self._ready_queue().append(handle)
         self._wake()
 
-    def _uncount(self) -> None:
-        """A handle was cancelled on another thread (see :meth:`Handle.cancel`)."""
+    def _uncount(self, handle: Handle) -> None:
+        """``handle`` was cancelled on another thread (see :meth:`Handle.cancel`).
+
+        The loop thread lets a handle's callback go whenever it runs or cancels it, and counts
+        it then: a callback still held means that nothing here counted this handle's end yet
+        (the cancel won the race with the run), so the count stays exact."""
+        if handle._func is _gone:
+            return
+        handle._func = _gone
+        handle._args = ()
         if not self._exited:
             self._pending -= 1
+            if len(self._timers) > 2 * self._pending + _PRUNE_SLACK:
+                self._prune_timers()
             self._wake()
 
     def _soon(self, func: Callable[..., object], *args: Any) -> None:
@@ -432,6 +463,8 @@ class AsyncTool:
         timers = self._timers
         if timers is _EMPTY:
             timers = self._timers = []
+        elif len(timers) > 2 * self._pending + _PRUNE_SLACK:
+            self._prune_timers()
         if wake and (not timers or deadline < timers[0][0] or self._inline is not None):
             self._wake()
         heappush(timers, (deadline, self._seq, handle))
@@ -528,9 +561,28 @@ class AsyncTool:
 
     def _next_deadline(self) -> float:
         timers = self._timers
+        if len(timers) > 2 * self._pending + _PRUNE_SLACK:
+            self._prune_timers()
         while timers and timers[0][2]._tool is None:
             heappop(timers)
         return timers[0][0] if timers else math.inf
+
+    def _prune_timers(self) -> None:
+        """Rebuild the timer heap without the entries of cancelled timers.
+
+        A cancelled timer's entry stays in the heap (finding it would cost O(n)), holding only
+        its emptied handle, until its deadline comes up or until this runs: when a cancel, a
+        push or the driver going idle finds the heap longer than twice the scheduled count plus
+        :data:`_PRUNE_SLACK`. Live timers are at most the scheduled count, so then cancelled
+        entries outnumber live ones, and each entry a rebuild drops was pushed once: amortised
+        O(1) per timer, and the heap never holds many more entries than live handles. The
+        scheduled count is exact on the loop's thread (cancels from other threads reach it
+        through :meth:`_uncount`), so no second count has to be kept right across threads. In
+        place: a caller (``_fire_timers``) may hold the list.
+        """
+        timers = self._timers
+        timers[:] = [entry for entry in timers if entry[2]._tool is not None]
+        heapify(timers)
 
     async def _idle(self) -> None:
         """Sleep until woken (a flow or callback became ready) or the nearest timer is due."""
@@ -845,9 +897,14 @@ class AsyncTool:
         for item in self._ready:
             if type(item) is Handle:
                 item._tool = None
+                item._func = _gone
+                item._args = ()
         self._ready = _EMPTY
         for entry in self._timers:
-            entry[2]._tool = None
+            handle = entry[2]
+            handle._tool = None
+            handle._func = _gone
+            handle._args = ()
         self._timers = _EMPTY
         self._pending = 0
         with _foreign:
@@ -907,14 +964,18 @@ def _task_name(step: AsyncSteps) -> str:
 
 
 def _run_callback(handle: Handle) -> None:
+    """Run a handle's callback, already counted as done; the handle lets go of it first."""
+    func = handle._func
     args = handle._args
+    handle._func = _gone
     try:
         if args:
-            handle._func(*args)
+            handle._args = ()
+            func(*args)
         else:
-            handle._func()  # no tuple to unpack: the common immediate(func)
+            func()  # no tuple to unpack: the common immediate(func)
     except Exception:
-        logger.exception("AsyncTool callback %r raised", handle._func)
+        logger.exception("AsyncTool callback %r raised", func)
 
 
 def _check_ms(what: str, value: object) -> float:

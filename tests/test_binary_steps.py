@@ -387,3 +387,30 @@ async def test_sched_entry_goes_with_its_timer(c: ModuleType) -> None:
         assert stats(c).sched_fired == 3
     gc.collect()
     assert len(_ours._sched) == before
+
+
+def _live_records() -> int:
+    return sum(1 for obj in gc.get_objects() if type(obj) is _ours._Scheduled)
+
+
+async def test_cancelled_sched_deferred_holds_nothing(c: ModuleType) -> None:
+    """Issue 15 item 2: a C step's sched_deferred() cancelled with sched_cancel() lets its
+    record (the tool, the callback) go at once, while another timer keeps the heap alive."""
+    gc.collect()
+    before = _live_records()
+    failed: list[str] = []
+    async with AsyncTool() as tool:
+        keeper = tool.deferred(30_000, lambda: None)
+        for _ in range(20):
+            root = AsyncSteps(tool=tool)
+            root.add(cstep(c, "c_wait"))
+            root.execute(failed.append)
+        while tool.statistics().roots:
+            await anyio.lowlevel.checkpoint()
+        gc.collect()
+        assert _live_records() == before
+        assert tool.statistics().scheduled == 1
+        keeper.cancel()
+    assert failed == []
+    assert stats(c).sched_fired == 20  # each root's sched_immediate completed it
+    assert "cancelled sched fired" not in log(c)
