@@ -3,6 +3,10 @@
 From the repository root::
 
     python -m benchmarks.profile seq --backend trio -n 200000 --top 25
+    python -m benchmarks.profile tasks --backend trio --top 15     # a native-tier row
+
+Scenarios: the FTN12 tier's and the AnyIO-native tier's rows (``benchmarks.native``);
+``--impl plain`` profiles the plain-AnyIO side (``plain_cp``: row ``tasks`` only).
 """
 
 from __future__ import annotations
@@ -18,22 +22,35 @@ if __package__ in (None, ""):  # ``python benchmarks/profile.py``
 
 import anyio
 
-from benchmarks._common import SCENARIOS, SIZES
+from benchmarks import _native
+from benchmarks._common import SCENARIOS, SIZES, Scenario
 from benchmarks._worker import scenarios_of
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__)
-    parser.add_argument("scenario", choices=SCENARIOS)
-    parser.add_argument("--impl", default="futoin", choices=("futoin", "plain"))
+    parser.add_argument("scenario", choices=(*SCENARIOS, *_native.ROWS))
+    parser.add_argument("--impl", default="futoin", choices=("futoin", "plain", "plain_cp"))
     parser.add_argument("--backend", default="asyncio", choices=("asyncio", "trio"))
     parser.add_argument("-n", type=int, help="size (default: the quick-mode size)")
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--sort", default="tottime", help="pstats sort key (default: tottime)")
     args = parser.parse_args(argv)
 
-    func = scenarios_of(args.impl)[args.scenario]
-    n = args.n or SIZES["quick"][args.scenario][-1]
+    func: Scenario
+    if args.scenario in _native.SIDES:
+        side = "ours" if args.impl == "futoin" else args.impl
+        if side not in _native.SIDES[args.scenario]:
+            parser.error(f"{args.scenario} has no {side!r} side")
+        func = _native.SIDES[args.scenario][side]
+        n = args.n or _native.SIZES["full"][args.scenario]
+    elif args.impl == "plain_cp":
+        parser.error("--impl plain_cp: native row 'tasks' only")
+    else:
+        func = scenarios_of(args.impl)[args.scenario]
+        n = args.n or SIZES["quick"][args.scenario][-1]
+    tiny = _native.SIZES["tiny"].get(args.scenario) or SIZES["tiny"][args.scenario][0]
+    anyio.run(func, tiny, backend=args.backend)  # unprofiled: lazy imports, first-use caches
     profiler = cProfile.Profile()
     profiler.enable()
     m = anyio.run(func, n, backend=args.backend)
