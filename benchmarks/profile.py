@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import pstats
 import sys
 from pathlib import Path
@@ -35,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, help="size (default: the quick-mode size)")
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument("--sort", default="tottime", help="pstats sort key (default: tottime)")
+    parser.add_argument(
+        "--no-gc",
+        action="store_true",
+        help="disable the cyclic GC while profiling: its collections otherwise count as own"
+        " time of whatever function allocated when one started",
+    )
     args = parser.parse_args(argv)
 
     func: Scenario
@@ -52,9 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     tiny = _native.SIZES["tiny"].get(args.scenario) or SIZES["tiny"][args.scenario][0]
     anyio.run(func, tiny, backend=args.backend)  # unprofiled: lazy imports, first-use caches
     profiler = cProfile.Profile()
+    if args.no_gc:
+        gc.disable()
     profiler.enable()
-    m = anyio.run(func, n, backend=args.backend)
-    profiler.disable()
+    try:
+        m = anyio.run(func, n, backend=args.backend)
+    finally:
+        profiler.disable()
+        gc.enable()
     print(f"{args.impl} {args.scenario} n={n} on {args.backend}: {m.value:.6g} (under cProfile)")
     pstats.Stats(profiler).strip_dirs().sort_stats(args.sort).print_stats(args.top)
     return 0
