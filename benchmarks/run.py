@@ -523,8 +523,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         result = json.loads(previous.read_text())
         result.pop("native", None)
+    # The native tier runs on the backends of the selected Python columns (none: not run).
+    backends = [b for b in native.BACKENDS if any(c.endswith(f"_{b}") for c in columns)]
+    if not backends:
+        tiers = [t for t in tiers if t != "native"]
     if "native" in tiers:
-        backends = [b for b in native.BACKENDS if any(c.endswith(f"_{b}") for c in columns)]
         tier = native.run_tier(mode, backends, list(NATIVE_ROWS), repeat)
         tier["date"] = _now()
         tier["commit"] = _commit()
