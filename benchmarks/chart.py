@@ -9,7 +9,9 @@ From the repository root::
 
 One group of bars per scenario, one bar per implementation. Figures span several
 orders of magnitude across scenarios, so each group is scaled to its own largest
-figure; the number at the end of each bar is the measured figure.
+figure; the number at the end of each bar is the measured figure. When the results
+hold the AnyIO-native tier (``benchmarks.native``), a second part shows its rows: ours
+and plain AnyIO per backend, with ours/plain (or the bytes over plain) after our bars.
 """
 
 from __future__ import annotations
@@ -37,6 +39,16 @@ COLOURS = {
     "plain_asyncio": "#4a5568",
     "plain_trio": "#a0aec0",
 }
+#: The AnyIO-native tier's bars: (side, backend) -> colour, in drawing order.
+NATIVE_BARS = {
+    ("ours", "asyncio"): "#2b6cb0",
+    ("plain", "asyncio"): "#4a5568",
+    ("plain_cp", "asyncio"): "#718096",
+    ("ours", "trio"): "#63a4e8",
+    ("plain", "trio"): "#a0aec0",
+    ("plain_cp", "trio"): "#cbd5e0",
+}
+NATIVE_TITLES = {"ours": "futoin_anyio", "plain": "plain AnyIO", "plain_cp": "plain + checkpoint"}
 WIDTH = 860
 LABEL_W = 170
 BAR_H = 13
@@ -45,58 +57,105 @@ GROUP_GAP = 16
 VALUE_W = 190  # room right of the longest bar for its figure
 
 
-def render_svg(result: dict[str, Any]) -> str:
-    columns: list[str] = result["columns"]
-    titles: dict[str, str] = result["titles"]
-    meta = result["meta"]
-    bar_area = WIDTH - LABEL_W - VALUE_W - 20
-    parts: list[str] = []
-    y = 58
-    # legend
+def _legend(parts: list[str], y: int, items: list[tuple[str, str]]) -> int:
+    """Draw (title, colour) legend items from *y*, wrapping; return the y below them."""
     x = LABEL_W
-    for column in columns:
-        item_w = 16 + 7 * len(titles[column]) + 18
+    for title, colour in items:
+        item_w = 16 + 7 * len(title) + 18
         if x + item_w > WIDTH:  # wrap the legend
             x = LABEL_W
             y += 18
         parts.append(
-            f'<rect x="{x}" y="{y - 11}" width="12" height="12" '
-            f'fill="{COLOURS.get(column, "#888")}"/>'
-            f'<text x="{x + 16}" y="{y}" class="legend">{escape(titles[column])}</text>'
+            f'<rect x="{x}" y="{y - 11}" width="12" height="12" fill="{colour}"/>'
+            f'<text x="{x + 16}" y="{y}" class="legend">{escape(title)}</text>'
         )
         x += item_w
-    y += 20
+    return y + 20
+
+
+def _group(
+    parts: list[str],
+    y: int,
+    label: str,
+    unit: str,
+    lower_is_better: bool,
+    bars: list[tuple[str, str, dict[str, Any], str]],
+) -> int:
+    """Draw one group of bars (title, colour, cell, note after the figure); return next y."""
+    bar_area = WIDTH - LABEL_W - VALUE_W - 20
+    ok = [cell["value"] for _, _, cell, _ in bars if cell["status"] == "ok"]
+    top = max(ok) if ok else 1.0
+    group_h = len(bars) * (BAR_H + BAR_GAP)
+    better = "lower is better" if lower_is_better else "higher is better"
+    parts.append(
+        f'<text x="{LABEL_W - 10}" y="{y + group_h / 2 - 4}" class="label">'
+        f"{escape(label)}</text>"
+        f'<text x="{LABEL_W - 10}" y="{y + group_h / 2 + 10}" class="unit">'
+        f"{escape(unit)}, {better}</text>"
+    )
+    for i, (title, colour, cell, note) in enumerate(bars):
+        by = y + i * (BAR_H + BAR_GAP)
+        if cell["status"] == "ok":
+            w = max(1.0, bar_area * cell["value"] / top)
+            parts.append(
+                f'<rect x="{LABEL_W}" y="{by}" width="{w:.1f}" height="{BAR_H}" '
+                f'fill="{colour}"><title>{escape(title)}: '
+                f"{cell['value']:.6g} {escape(unit)}</title></rect>"
+                f'<text x="{LABEL_W + w + 5:.1f}" y="{by + BAR_H - 2}" class="value">'
+                f"{escape(fmt_value(cell['value'], unit) + note)}</text>"
+            )
+        else:
+            word = "failed" if cell["status"] == "failed" else "n/a"
+            parts.append(
+                f'<text x="{LABEL_W + 5}" y="{by + BAR_H - 2}" class="na">'
+                f"{escape(title)}: {word}</text>"
+            )
+    return y + group_h + GROUP_GAP
+
+
+def _native_part(parts: list[str], y: int, tier: dict[str, Any]) -> int:
+    """The AnyIO-native tier: one group per row, ours and plain AnyIO per backend."""
+    parts.append(
+        f'<text x="10" y="{y + 4}" class="title">AnyIO-native path: a task per request'
+        f" awaiting promise(), against plain AnyIO ({escape(tier['mode'])} mode)</text>"
+    )
+    y += 28
+    y = _legend(parts, y, [(f"{NATIVE_TITLES[s]} {b}", c) for (s, b), c in NATIVE_BARS.items()])
+    by_id: dict[str, list[dict[str, Any]]] = {}
+    for row in tier["rows"]:
+        by_id.setdefault(row["id"], []).append(row)
+    for rows in by_id.values():
+        bars = []
+        for (side, backend), colour in NATIVE_BARS.items():
+            for row in rows:
+                if row["backend"] != backend or side not in row["cells"]:
+                    continue
+                note = ""
+                if side == "ours" and row["lower_is_better"] and row["delta"] is not None:
+                    note = f"  ({row['delta']:+,.0f} B vs plain: {row['status']})"
+                elif side == "ours" and row["ratio"] is not None:
+                    note = f"  ({row['ratio']:.2f}x plain: {row['status']})"
+                title = f"{NATIVE_TITLES[side]} {backend}"
+                bars.append((title, colour, row["cells"][side], note))
+        first = rows[0]
+        label = first["title"].split(" ", 1)[0] + f" {first['id']}"
+        y = _group(parts, y, label, first["unit"], first["lower_is_better"], bars)
+    return y
+
+
+def render_svg(result: dict[str, Any]) -> str:
+    columns: list[str] = result["columns"]
+    titles: dict[str, str] = result["titles"]
+    meta = result["meta"]
+    parts: list[str] = []
+    y = _legend(parts, 58, [(titles[c], COLOURS.get(c, "#888")) for c in columns])
     for row in result["rows"]:
-        ok = [row["cells"][c]["value"] for c in columns if row["cells"][c]["status"] == "ok"]
-        top = max(ok) if ok else 1.0
-        group_h = len(columns) * (BAR_H + BAR_GAP)
-        label = row["id"]
-        better = "lower is better" if row["lower_is_better"] else "higher is better"
-        parts.append(
-            f'<text x="{LABEL_W - 10}" y="{y + group_h / 2 - 4}" class="label">'
-            f"{escape(label)}</text>"
-            f'<text x="{LABEL_W - 10}" y="{y + group_h / 2 + 10}" class="unit">'
-            f"{escape(row['unit'])}, {better}</text>"
-        )
-        for i, column in enumerate(columns):
-            cell = row["cells"][column]
-            by = y + i * (BAR_H + BAR_GAP)
-            if cell["status"] == "ok":
-                w = max(1.0, bar_area * cell["value"] / top)
-                parts.append(
-                    f'<rect x="{LABEL_W}" y="{by}" width="{w:.1f}" height="{BAR_H}" '
-                    f'fill="{COLOURS.get(column, "#888")}"><title>{escape(titles[column])}: '
-                    f"{cell['value']:.6g} {escape(row['unit'])}</title></rect>"
-                    f'<text x="{LABEL_W + w + 5:.1f}" y="{by + BAR_H - 2}" class="value">'
-                    f"{escape(fmt_value(cell['value'], row['unit']))}</text>"
-                )
-            else:
-                word = "failed" if cell["status"] == "failed" else "n/a"
-                parts.append(
-                    f'<text x="{LABEL_W + 5}" y="{by + BAR_H - 2}" class="na">'
-                    f"{escape(titles[column])}: {word}</text>"
-                )
-        y += group_h + GROUP_GAP
+        bars = [
+            (titles[c], COLOURS.get(c, "#888"), row["cells"][c], "") for c in columns
+        ]
+        y = _group(parts, y, row["id"], row["unit"], row["lower_is_better"], bars)
+    if result.get("native"):
+        y = _native_part(parts, y + 10, result["native"])
     height = y + 10
     subtitle = (
         f"{meta['mode']} mode · {meta['date']} · {meta['cpu']} · Python {meta['python']}"

@@ -5,6 +5,11 @@ From the repository root::
     python -m benchmarks.run --quick          # small N, well under a minute
     python -m benchmarks.run --out results/   # full run (a few minutes)
 
+Two tiers. ``ftn12``: the FTN12 scenarios below. ``native``: the AnyIO-native path of
+``benchmarks.native`` (a task per request awaiting ``promise()``, against the same work
+hand-written in AnyIO, per backend; see that module). ``--tiers native`` measures that tier
+only and keeps the FTN12 figures of an existing ``<out>/results.json``.
+
 Implementations (columns): futoin_anyio on asyncio and on trio, the JS reference
 ``futoin-asyncsteps`` (npm-installed into a temporary folder, run with node), and
 the same work hand-written in plain AnyIO on both backends. Each implementation/backend
@@ -34,11 +39,14 @@ from typing import Any
 if __package__ in (None, ""):  # ``python benchmarks/run.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks import native
 from benchmarks._common import SCENARIOS, SIZES, UNITS, lower_is_better
+from benchmarks._native import ROWS as NATIVE_ROWS
 
 REPO = Path(__file__).resolve().parent.parent
 JS_DIR = Path(__file__).resolve().parent / "js"
 PY_COLUMNS = ("futoin_asyncio", "futoin_trio", "plain_asyncio", "plain_trio")
+TIERS = ("ftn12", "native")
 COLUMNS = ("futoin_asyncio", "futoin_trio", "js", "plain_asyncio", "plain_trio")
 FUTOIN = ("futoin_asyncio", "futoin_trio")
 PLAIN = ("plain_asyncio", "plain_trio")
@@ -392,7 +400,27 @@ def render_markdown(result: dict[str, Any]) -> str:
     for t in result["targets"]:
         value = "n/a" if t["value"] is None else f"{t['value']:.3g}"
         out.append(f"| {t['target']} | {value} | {t['op']} {t['bound']:g} | {t['status']} |")
+    tier = result.get("native")
+    if tier:
+        out += ["", *render_native(tier).splitlines()]
     return "\n".join(out) + "\n"
+
+
+def render_native(tier: dict[str, Any]) -> str:
+    """The AnyIO-native tier's section of ``results.md``."""
+    return "\n".join(
+        [
+            f"## AnyIO-native path ({tier['mode']} mode)",
+            "",
+            f"{tier.get('date', '?')} · commit {tier.get('commit', '?')} · best of"
+            f" {tier['rounds']} round(s), each side of a row in a fresh process per round, the"
+            " sides' order rotating. A task per request awaiting `promise()` (ours) against"
+            " the same work hand-written in AnyIO (plain), on the same backend; the status is"
+            " each backend's against the target (`benchmarks/native.py`).",
+            "",
+            native.render_markdown(tier["rows"]),
+        ]
+    )
 
 
 def _version(module: str) -> str:
@@ -466,18 +494,83 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run the JS reference with NODE_ENV=production (no sanity checks)",
     )
+    parser.add_argument(
+        "--tiers",
+        default=",".join(TIERS),
+        help="comma-separated tiers (default: %(default)s); without ftn12, the FTN12 figures"
+        " of <out>/results.json are kept",
+    )
     args = parser.parse_args(argv)
 
     mode = "quick" if args.quick else "full"
     repeat = args.repeat or (1 if args.quick else 3)
-    isolate = not args.quick
     only = args.only.split(",") if args.only else list(SCENARIOS)
     unknown = set(only) - set(SCENARIOS)
     if unknown:
         parser.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
     columns = args.columns.split(",")
     plan = {s: SIZES[mode][s] for s in SCENARIOS if s in only}
+    tiers = args.tiers.split(",")
+    if set(tiers) - set(TIERS) or not tiers:
+        parser.error(f"--tiers: choose among {', '.join(TIERS)}")
+    out = Path(args.out)
+    previous = out / "results.json"
+    if "ftn12" not in tiers and not previous.exists():
+        parser.error(f"--tiers without ftn12 keeps the FTN12 figures of {previous}: not found")
 
+    if "ftn12" in tiers:
+        result = measure_ftn12(args, mode, repeat, plan, columns)
+    else:
+        result = json.loads(previous.read_text())
+        result.pop("native", None)
+    # The native tier runs on the backends of the selected Python columns (none: not run).
+    backends = [b for b in native.BACKENDS if any(c.endswith(f"_{b}") for c in columns)]
+    if not backends:
+        tiers = [t for t in tiers if t != "native"]
+    if "native" in tiers:
+        tier = native.run_tier(mode, backends, list(NATIVE_ROWS), repeat)
+        tier["date"] = _now()
+        tier["commit"] = _commit()
+        result["native"] = tier
+
+    out.mkdir(parents=True, exist_ok=True)
+    markdown = render_markdown(result)
+    (out / "results.md").write_text(markdown)
+    (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(markdown)
+    print(f"written: {out / 'results.md'}, {out / 'results.json'}")
+
+    failed = [
+        f"{row['id']} / {c}: {row['cells'][c]['reason']}"
+        for row in (result["rows"] if "ftn12" in tiers else [])
+        for c in COLUMNS
+        if row["cells"][c]["status"] == "failed"
+    ]
+    targets = list(result["targets"]) if "ftn12" in tiers else []
+    if "native" in tiers:
+        failed += native.failures(result["native"])
+        targets += result["native"]["targets"]
+    if failed:
+        print("\nVERIFICATION FAILED (figures not posted):", file=sys.stderr)
+        for line in failed:
+            print(f"  {line}", file=sys.stderr)
+        return 1
+    if mode == "full" and any(t["status"] == "FAIL" for t in targets):
+        print("\nsome targets FAIL (see the tables above)", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def measure_ftn12(
+    args: argparse.Namespace, mode: str, repeat: int, plan: dict[str, list[int]],
+    columns: list[str],
+) -> dict[str, Any]:
+    """Run the FTN12 tier: every scenario of *plan* on every selected column."""
+    isolate = mode == "full"
     js_version = ""
     node_version = ""
     modules: Path | None = None
@@ -521,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "meta": {
             "mode": mode,
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "date": _now(),
             "python": platform.python_version(),
             "anyio": _version("anyio"),
             "trio": _version("trio"),
@@ -540,31 +633,7 @@ def main(argv: list[str] | None = None) -> int:
         "chain_flatness": {c: _chain_flatness(rows, c) for c in COLUMNS},
     }
     result["targets"] = check_targets(rows)
-
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    markdown = render_markdown(result)
-    (out / "results.md").write_text(markdown)
-    (out / "results.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(markdown)
-    print(f"written: {out / 'results.md'}, {out / 'results.json'}")
-
-    failed = [
-        f"{row['id']} / {c}: {row['cells'][c]['reason']}"
-        for row in rows
-        for c in COLUMNS
-        if row["cells"][c]["status"] == "failed"
-    ]
-    if failed:
-        print("\nVERIFICATION FAILED (figures not posted):", file=sys.stderr)
-        for line in failed:
-            print(f"  {line}", file=sys.stderr)
-        return 1
-    if mode == "full" and any(t["status"] == "FAIL" for t in result["targets"]):
-        print("\nsome targets FAIL (see the table above)", file=sys.stderr)
-        return 2
-    return 0
-
+    return result
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -101,6 +101,12 @@ def _markdown_to_rst(text: str) -> str:
         s = re.sub(r"(?<!`)`([^`]+)`(?!`)", r"``\1``", s)
         return re.sub(r"\[([^\]]+)\]\(([^)]+)\)", r"`\1 <\2>`__", s)
 
+    def cell(s: str) -> str:
+        # A cell that starts like a list item ("(a) text", "1. text", "- text") would become
+        # one in reST: escape its first character.
+        s = inline(s)
+        return "\\" + s if re.match(r"^(\(?[A-Za-z0-9]{1,3}[.)]|[-+*])\s", s) else s
+
     while i < len(lines):
         line = lines[i]
         heading = re.match(r"^(#{1,6})\s+(.*)$", line)
@@ -113,7 +119,7 @@ def _markdown_to_rst(text: str) -> str:
             while i < len(lines) and lines[i].lstrip().startswith("|"):
                 cells = [c.strip() for c in lines[i].strip().strip("|").split("|")]
                 if not all(re.fullmatch(r":?-{2,}:?", c) for c in cells if c):
-                    rows.append([inline(c) or " " for c in cells])
+                    rows.append([cell(c) or " " for c in cells])
                 i += 1
             width = max(len(r) for r in rows)
             out += ["", ".. list-table::", "   :header-rows: 1", ""]

@@ -163,3 +163,117 @@ def test_chain_flatness_compares_one_backend_with_itself() -> None:
     # asyncio is flat (0.95), trio is not (0.33): the target holds for the best backend.
     assert flat["value"] == pytest.approx(0.95)
     assert flat["status"] == "PASS"
+
+
+# --------------------------------------------------------------------------- native tier
+
+from benchmarks import _native, native  # noqa: E402
+
+NATIVE_CASES = [
+    (row, side, backend)
+    for row in _native.ROWS
+    for side in _native.SIDES[row]
+    for backend in ("asyncio", "trio")
+]
+
+
+@pytest.mark.parametrize(("row", "side", "backend"), NATIVE_CASES)
+def test_native_scenario_verifies(row: str, side: str, backend: str) -> None:
+    record = native.measure(row, side, backend, _native.SIZES["tiny"][row])
+    assert "error" not in record, record.get("traceback", record)
+    assert record["value"] > 0
+    if native.is_memory(row):
+        assert record["value"] < 100_000  # bytes per task: a sanity bound, not a target
+    else:
+        assert record["seconds"] > 0
+
+
+def test_native_wrong_result_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(n: int) -> Measurement:
+        check(n == -1, f"broken: {n} != -1")
+        return Measurement(1.0, 1.0)
+
+    monkeypatch.setitem(_native.SIDES["tasks"], "ours", broken)
+    record = native.measure("tasks", "ours", "trio", 10)
+    assert "value" not in record
+    assert record["error"] == "VerificationError: broken: 10 != -1"
+    rows = native.build_rows([record], ["trio"], ["tasks"])
+    assert rows[0]["status"] == "FAILED"
+    assert native.failures({"rows": rows}) == [
+        "native tasks trio ours: VerificationError: broken: 10 != -1"
+    ]
+
+
+def test_native_worker_reports_each_row(capsys: pytest.CaptureFixture[str]) -> None:
+    config = {"side": "plain", "backend": "asyncio", "rows": {"async_loop": 30, "tasks": 40}}
+    assert native.main(["--worker", json.dumps(config)]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["row"], r["n"]) for r in lines] == [("async_loop", 30), ("tasks", 40)]
+    assert all(r["value"] > 0 for r in lines)
+
+
+def _native_records() -> list[dict[str, Any]]:
+    figures = {
+        # row: {side: (asyncio, trio)}
+        "async_loop": {"ours": (60.0, 40.0), "plain": (100.0, 100.0)},
+        "tasks": {"ours": (90.0, 70.0), "plain": (100.0, 100.0), "plain_cp": (80.0, 70.0)},
+        "blocked_mem": {"ours": (5000.0, 6000.0), "plain": (4500.0, 4000.0)},
+    }
+    records = []
+    for row, sides in figures.items():
+        for side, values in sides.items():
+            for backend, value in zip(("asyncio", "trio"), values, strict=True):
+                for scale in (1.0, 0.5):  # two rounds: the better one counts
+                    v = value * scale if not native.is_memory(row) else value / scale
+                    records.append(
+                        {"row": row, "side": side, "backend": backend, "n": 10, "value": v,
+                         "seconds": 0.1}
+                    )
+    return records
+
+
+def test_native_ratios_targets_table_and_chart(tmp_path: Path) -> None:
+    rows = native.build_rows(
+        _native_records(), ["asyncio", "trio"], ["async_loop", "tasks", "blocked_mem"]
+    )
+    by = {(r["id"], r["backend"]): r for r in rows}
+    assert by["async_loop", "asyncio"]["ratio"] == pytest.approx(0.6)
+    assert by["async_loop", "asyncio"]["status"] == "PASS"  # >= 0.5x
+    assert by["async_loop", "trio"]["status"] == "FAIL"
+    assert by["tasks", "asyncio"]["ratio_cp"] == pytest.approx(90 / 80)
+    assert by["tasks", "trio"]["status"] == "FAIL"  # 0.7x < 0.8x, whatever plain_cp says
+    assert by["blocked_mem", "asyncio"]["cells"]["ours"]["value"] == 5000.0  # fewest bytes
+    assert by["blocked_mem", "asyncio"]["delta"] == pytest.approx(500.0)
+    assert by["blocked_mem", "asyncio"]["status"] == "PASS"  # <= plain + 1 KiB
+    assert by["blocked_mem", "trio"]["status"] == "FAIL"  # +2000 B
+    statuses = {t["target"]: t["status"] for t in native.targets(rows)}
+    assert statuses["native blocked_mem trio: ours - plain bytes per root"] == "FAIL"
+    assert statuses["native async_loop asyncio: ours/plain throughput"] == "PASS"
+
+    markdown = native.render_markdown(rows)
+    assert "| 10 | trio | 6,000 B | 4,000 B | +2,000 B | <= plain + 1,024 B | FAIL |" in markdown
+    assert "| 10 | asyncio | 90/s | 80/s | 1.12x |" in markdown
+
+    tier = {"mode": "tiny", "rounds": 2, "rows": rows, "targets": native.targets(rows)}
+    result = json.loads(json.dumps({
+        "meta": {"mode": "tiny", "date": "d", "cpu": "c", "python": "p", "anyio": "a",
+                 "trio": "t", "node": "", "futoin_asyncsteps": "", "commit": "x", "repeat": 1},
+        "columns": list(run.COLUMNS), "titles": run.TITLES, "rows": [],
+        "chain_flatness": {}, "targets": [], "native": tier,
+    }))
+    full = run.render_markdown(result)
+    assert "## AnyIO-native path (tiny mode)" in full and markdown in full
+    source = tmp_path / "results.json"
+    source.write_text(json.dumps(result))
+    assert chart.main(["--json", str(source)]) == 0
+    svg = (tmp_path / "chart.svg").read_text()
+    assert "AnyIO-native path" in svg and "(0.60x plain: PASS)" in svg
+
+
+def test_native_tier_alone_needs_the_ftn12_figures(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        run.main(["--quick", "--tiers", "native", "--out", str(tmp_path)])
+    assert exc.value.code == 2
+    assert f"{tmp_path / 'results.json'}: not found" in capsys.readouterr().err
