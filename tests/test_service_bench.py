@@ -53,7 +53,7 @@ def test_a_wrong_or_missing_reply_fails_the_run() -> None:
 
 def test_table_and_targets() -> None:
     def row(ratio_ok: float, ratio_reject: float) -> dict[str, object]:
-        cell = {"per_s": 1000.0, "cpu_ok": 1e-4, "cpu_reject": 3e-5}
+        cell = {"per_s": 1000.0, "cpu_ok": 1e-4, "cpu_reject": 3e-5, "cpu_share": 0.9}
         return {"backend": "trio", "plain": cell, "futoin": cell, "ratio_ok": ratio_ok,
                 "ratio_cpu": 1.0, "ratio_reject": ratio_reject}
 
