@@ -178,23 +178,26 @@ class Front:
                 await send(BUSY)
 
 
-#: ``FUTOIN_SERVICE_PROFILE=FILE``: cProfile the front between its first two ``!mark``\s (the
-#: measured window of the ``ok`` phase) and dump the stats to FILE.
+#: ``FUTOIN_SERVICE_PROFILE=FILE``: cProfile the front over one measured window and dump the
+#: stats to FILE; ``FUTOIN_SERVICE_PROFILE_MARK=N``: the window starts at the N-th ``!mark``
+#: (1: the ``ok`` phase, the default; 4: the ``reject`` phase) and ends at the next one.
 _PROFILE = os.environ.get("FUTOIN_SERVICE_PROFILE")
-_profiler: list[cProfile.Profile | None] = []
+_PROFILE_MARK = int(os.environ.get("FUTOIN_SERVICE_PROFILE_MARK", "1"))
+_marks = [0]
+_profiler: list[cProfile.Profile] = []
 
 
 def _profile_mark() -> None:
     if not _PROFILE:
         return
-    if not _profiler:
+    _marks[0] += 1
+    if _marks[0] == _PROFILE_MARK:
         profiler = cProfile.Profile(time.process_time)  # CPU time: the machine is shared
         _profiler.append(profiler)
         profiler.enable()
-    elif (profiler_ := _profiler[0]) is not None:
-        profiler_.disable()
-        profiler_.dump_stats(_PROFILE)
-        _profiler[0] = None
+    elif _marks[0] == _PROFILE_MARK + 1:
+        _profiler[0].disable()
+        _profiler[0].dump_stats(_PROFILE)
 
 
 _ANYIO_EOF = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError)

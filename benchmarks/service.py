@@ -4,7 +4,7 @@ From the repository root::
 
     python -m benchmarks.service              # full: 3 rounds, 3 s per phase, both backends
     python -m benchmarks.service --quick      # a smoke test of the harness, a few seconds
-    python -m benchmarks.service --profile trio --top 15   # cProfile of the futoin front
+    python -m benchmarks.service --profile trio [--phase reject] --top 15   # cProfile, futoin front
 
 The front (``_service_front.py``, a process of its own) answers each request line by a round
 trip over TCP to a backend; this process runs the backend and a closed-loop load generator of
@@ -211,12 +211,12 @@ async def _phase(clients: list[_Client], control: _Control, mode: Mode,
             "held_after": after["held"]}
 
 
-async def run_front(impl: str, backend: str, mode: Mode,
-                    profile: Path | None = None) -> dict[str, Any]:
+async def run_front(impl: str, backend: str, mode: Mode, profile: Path | None = None,
+                    phase: str = "ok") -> dict[str, Any]:
     """Start a front process of ``impl`` on ``backend``, load it (both phases), stop it.
 
-    With ``profile``, the front runs under cProfile during the measured window of the ``ok``
-    phase and writes its stats there."""
+    With ``profile``, the front runs under cProfile during the measured window of ``phase``
+    and writes its stats there."""
     loop = asyncio.get_running_loop()
     back = await loop.create_server(_Backend, "127.0.0.1", 0)
     back_port = back.sockets[0].getsockname()[1]
@@ -224,6 +224,7 @@ async def run_front(impl: str, backend: str, mode: Mode,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     if profile is not None:
         env["FUTOIN_SERVICE_PROFILE"] = str(profile)
+        env["FUTOIN_SERVICE_PROFILE_MARK"] = "1" if phase == "ok" else "4"
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "benchmarks._service_front", impl, backend, str(back_port),
         cwd=REPO, env=env, stdout=subprocess.PIPE)
@@ -316,16 +317,16 @@ def targets_hold(rows: list[dict[str, Any]]) -> bool:
     return all(r["ratio_ok"] >= OK_TARGET and r["ratio_reject"] <= REJECT_TARGET for r in rows)
 
 
-def profile(impl: str, backend: str, mode: Mode, top: int) -> int:
-    """One front under cProfile (the measured ``ok`` window): the top functions by own time."""
+def profile(impl: str, backend: str, mode: Mode, top: int, phase: str) -> int:
+    """One front under cProfile (one phase's measured window): the top functions by own time."""
     import pstats
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         stats_file = Path(tmp) / "front.prof"
-        res = asyncio.run(run_front(impl, backend, mode, stats_file))
-        print(f"{impl} front on {backend}, under cProfile: {res['ok']['per_s']:,.0f} ok req/s, "
-              f"{res['ok']['counted']} requests profiled")
+        res = asyncio.run(run_front(impl, backend, mode, stats_file, phase))[phase]
+        print(f"{impl} front on {backend}, {phase} phase under cProfile (CPU time): "
+              f"{res['per_s']:,.0f} req/s, {res['counted']} requests profiled")
         stats = pstats.Stats(str(stats_file))
         stats.strip_dirs().sort_stats("tottime").print_stats(top)
     return 0
@@ -343,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="only profile the futoin front on this backend (cProfile)")
     parser.add_argument("--impl", choices=IMPLS, default="futoin", help="with --profile")
     parser.add_argument("--top", type=int, default=15, help="with --profile: functions shown")
+    parser.add_argument("--phase", choices=("ok", "reject"), default="ok",
+                        help="with --profile: the phase profiled")
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
     if args.rounds:
@@ -350,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.duration:
         mode = Mode(mode.clients, mode.warmup, args.duration, mode.rounds)
     if args.profile:
-        return profile(args.impl, args.profile, mode, args.top)
+        return profile(args.impl, args.profile, mode, args.top, args.phase)
     rows = []
     try:
         for backend in args.backends.split(","):
