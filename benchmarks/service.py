@@ -102,6 +102,7 @@ class _Load:
     wrong: list[bytes] = field(default_factory=list)
     idle: int = 0
     all_idle: asyncio.Event = field(default_factory=asyncio.Event)
+    first_counted: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class _Client(asyncio.Protocol):
@@ -150,6 +151,7 @@ class _Client(asyncio.Protocol):
             load.wrong.append(line)
         if load.counting:
             load.counted += 1
+            load.first_counted.set()
         self.outstanding = None
         if load.running:
             self.send()
@@ -194,6 +196,8 @@ async def _phase(clients: list[_Client], control: _Control, mode: Mode,
     first = await control.mark()
     load.counting = True
     await asyncio.sleep(mode.duration)
+    # A very short window on a busy machine may see no reply yet: measure until one came.
+    await asyncio.wait_for(load.first_counted.wait(), STEP_TIMEOUT)
     load.counting = False
     second = await control.mark()
     load.running = False
