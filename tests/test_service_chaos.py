@@ -30,7 +30,7 @@ import anyio
 import pytest
 from anyio.abc import SocketAttribute
 
-from futoin_anyio import AsyncSteps, Errors, FutoInError, Limiter
+from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError, Limiter
 
 pytestmark = pytest.mark.anyio
 
@@ -110,6 +110,8 @@ class Front:
 
     io: Io
     backend_port: int
+    #: Run each request's root with ``execute()`` in this shared tool, instead of ``promise()``.
+    tool: AsyncTool | None = None
     limiter: Limiter = field(default_factory=lambda: Limiter(
         concurrent=8, max_queue=8, rate=10**6, period_ms=1000))
     connections: int = 0
@@ -162,11 +164,14 @@ class Front:
                 nursery.cancel_scope.cancel()  # the client hung up: cancel the request
 
             nursery.start_soon(watch_hangup)
-            try:
-                await AsyncSteps().add(request).promise()
-                code = "ok"
-            except FutoInError as e:
-                code = e.code
+            if self.tool is None:
+                try:
+                    await AsyncSteps().add(request).promise()
+                    code = "ok"
+                except FutoInError as e:
+                    code = e.code
+            else:
+                code = await self._executed(request, nursery)
             nursery.cancel_scope.cancel()
         if code is None:
             self.outcomes["cancelled on hang-up"] += 1
@@ -179,6 +184,27 @@ class Front:
             self.reply_failed += 1
             return False
         return True
+
+    async def _executed(self, request: Callable[[AsyncSteps], None], nursery: Any) -> str:
+        """The root in the shared tool, started with ``execute()``; its end is awaited here.
+
+        A hang-up cancels this task's scope: the root is then cancelled with ``cancel()``."""
+        done = anyio.Event()
+        codes: list[str] = []
+
+        def finish(code: str) -> None:
+            codes.append(code)
+            done.set()
+
+        root = AsyncSteps(tool=self.tool)
+        root.add(request).add(lambda asi, answer: finish("ok"))
+        root.execute(unhandled_error=finish)
+        try:
+            await done.wait()
+        finally:
+            if not codes:
+                root.cancel()
+        return codes[0]
 
     def _cancelled(self, asi: AsyncSteps) -> None:
         self.cancel_handlers += 1
@@ -215,7 +241,8 @@ class Clients:
     answers: Counter[str] = field(default_factory=Counter)
 
     async def run(self, port: int, i: int) -> None:
-        rng = random.Random(SEED * 1000 + i)
+        rng = random.Random(SEED * 1000 + i)  # the requests: the same in every run
+        backoff = random.Random(-i)  # apart, so that answers do not change the requests
         stream = None
         for k in range(REQUESTS):
             if stream is None:
@@ -246,7 +273,7 @@ class Clients:
             assert code in CODES, code
             self.answers[code] += 1
             if code == Errors.DefenseRejected:
-                await anyio.sleep(rng.uniform(*BACKOFF_S))  # a well-behaved client backs off
+                await anyio.sleep(backoff.uniform(*BACKOFF_S))  # a well-behaved client backs off
         if stream is not None:
             await stream.aclose()
 
@@ -254,19 +281,28 @@ class Clients:
 @pytest.mark.parametrize(("anyio_backend", "raw_trio"),
                          [("asyncio", False), ("trio", False), ("trio", True)],
                          ids=["asyncio-anyio-io", "trio-anyio-io", "trio-raw-trio-io"])
-async def test_every_request_gets_exactly_one_answer(anyio_backend: str, raw_trio: bool) -> None:
+@pytest.mark.parametrize("run", ["promise", "execute"])
+async def test_every_request_gets_exactly_one_answer(anyio_backend: str, raw_trio: bool,
+                                                     run: str) -> None:
+    """``promise()`` in the request's task, or ``execute()`` into one ``AsyncTool`` shared by
+    all requests (what happens to one root must never reach another, nor the tool)."""
     with anyio.fail_after(60):  # a broken service fails the test, never hangs it
-        counts = await _chaos(Io(raw_trio))
-    print(f"\n{anyio_backend} {'raw trio' if raw_trio else 'anyio'} I/O: {counts}")
+        if run == "promise":
+            counts = await _chaos(Io(raw_trio), None)
+        else:
+            async with AsyncTool() as tool:
+                counts = await _chaos(Io(raw_trio), tool)
+            assert tool.statistics().tasks == 0
+    print(f"\n{anyio_backend} {'raw trio' if raw_trio else 'anyio'} I/O, {run}(): {counts}")
 
 
-async def _chaos(io: Io) -> dict[str, Any]:
+async def _chaos(io: Io, tool: AsyncTool | None) -> dict[str, Any]:
     clients = Clients()
     async with anyio.create_task_group() as tg:
         back = await anyio.create_tcp_listener(local_host="127.0.0.1")
         backend = Backend()
         tg.start_soon(back.serve, backend.handle)
-        front = Front(io, back.extra(SocketAttribute.local_port))
+        front = Front(io, back.extra(SocketAttribute.local_port), tool)
         port = await tg.start(io.serve, front.handle)
         baseline = len(anyio.get_running_tasks())
         async with anyio.create_task_group() as load:
@@ -274,8 +310,9 @@ async def _chaos(io: Io) -> dict[str, Any]:
                 load.start_soon(clients.run, port, i)
         # The last hang-ups may still be reaching the front: let it notice them.
         with anyio.fail_after(10):
-            # (polled: three counters of two objects; an Event each would add nothing)
-            while front.connections or front.backend_open or backend.connections:  # noqa: ASYNC110
+            # (polled: counters of three objects; an Event each would add nothing)
+            while (front.connections or front.backend_open or backend.connections  # noqa: ASYNC110
+                   or (tool is not None and tool.statistics().roots)):
                 await anyio.sleep(0.005)
         tasks_left = len(anyio.get_running_tasks()) - baseline
         tg.cancel_scope.cancel()
