@@ -138,3 +138,38 @@ async def test_zero_timeout_fires_at_once() -> None:
     asi = AsyncSteps()
     asi.add(lambda asi: asi.set_timeout(0), lambda asi, e: asi.success(e))
     assert await asi.promise() == Errors.Timeout
+
+
+@pytest.mark.parametrize("then", ["waiting step", "async def step"])
+async def test_recovering_from_an_outer_timeout_ends_that_deadline(then: str) -> None:
+    """FTN12 and the JS reference: the timeout fires once, as an error at the innermost step; an
+    inner handler that recovers ends it, and the outer step's later sub-steps may take longer
+    (unlike ``fail_after``, whose scope stays cancelled until it exits)."""
+    log: list[str] = []
+
+    def inner(asi: AsyncSteps) -> None:
+        asi.wait_external()
+
+    def inner_onerror(asi: AsyncSteps, code: str) -> None:
+        log.append(f"inner onerror {code}")
+        asi.success()
+
+    def wait_150ms(asi: AsyncSteps) -> None:
+        asi.wait_external()
+        asi.tool.deferred(150, lambda: asi.success("late"))  # type: ignore[union-attr]
+
+    async def sleep_150ms(asi: AsyncSteps) -> str:
+        await anyio.sleep(0.15)
+        return "late"
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.set_timeout(50)
+        asi.add(inner, inner_onerror)
+        asi.add(wait_150ms if then == "waiting step" else sleep_150ms)
+
+    asi = AsyncSteps()
+    asi.add(outer, lambda asi, code: log.append(f"outer onerror {code}"))
+    t0 = anyio.current_time()
+    assert await asi.promise() == "late"
+    assert log == ["inner onerror Timeout"]
+    assert anyio.current_time() - t0 >= 0.2 - 1e-6  # the late step ran to its end
