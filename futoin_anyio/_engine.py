@@ -1373,7 +1373,9 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     result: Any = None
     driver._task_started()
     try:
-        if step._status is not _CORO:  # cancelled before its task could start
+        if step._status is not _CORO or flow.root._status is _CANCELLING:
+            # Cancelled before its task could start (the root's cancel() may be waiting for it).
+            _close_unstarted(step)
             coro.close()
             return
         with CancelScope() as scope:
@@ -1392,6 +1394,15 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
             ext.on_end = None
             driver._soon(on_end)
     _coroutine_done(step, result, error, False)
+
+
+def _close_unstarted(step: AsyncSteps) -> None:
+    """Close the coroutine of ``step``, cancelled before it started: it never runs."""
+    ext = step._ext
+    if ext is not None and ext.coro is not None:
+        coro = ext.coro
+        ext.coro = None
+        coro.close()
 
 
 def _coroutine_done(step: AsyncSteps, result: Any, error: BaseException | None,

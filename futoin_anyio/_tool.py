@@ -35,7 +35,7 @@ from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint
 
 from ._errors import Errors, FutoInError
-from ._frame import _internal
+from ._frame import _CANCELLING, _CORO, _internal
 
 _sniffio: Any
 try:
@@ -641,7 +641,13 @@ class AsyncTool:
         external error cancels it. The backend's cancellation from outside goes through
         unchanged.
         """
-        from ._engine import _await_step, _coroutine_done, _flow_deadline, _inline_cancelled
+        from ._engine import (
+            _await_step,
+            _close_unstarted,
+            _coroutine_done,
+            _flow_deadline,
+            _inline_cancelled,
+        )
 
         step = self._inline_next
         assert step is not None
@@ -655,6 +661,12 @@ class AsyncTool:
                     self._start_helper()
                 while True:
                     self._inline_next = None
+                    if step._status is not _CORO or flow.root._status is _CANCELLING:
+                        # Cancelled before its coroutine could start: it never runs.
+                        _close_unstarted(step)
+                        if step._status is _CORO:
+                            interrupted = step  # the root's cancel() waits for it: go on now
+                        break
                     self._inline = step
                     try:
                         result, error = await _await_step(step, scope)

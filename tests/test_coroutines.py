@@ -229,3 +229,28 @@ async def test_keyboard_interrupt_in_sync_step_under_tool_leaves_the_tool_block(
             asi.execute()
             await anyio.sleep_forever()
     assert log == ["cancel handler"]
+
+
+async def test_cancel_before_the_coroutine_task_starts_runs_the_cancel_handlers() -> None:
+    """A root cancelled after its ``async def`` step's task was started but before it ran: the
+    coroutine never runs, the cancel handlers run at once (found by the service chaos test:
+    the cancel waited for a task that ran the step to its end, or for ever)."""
+    calls: list[str] = []
+
+    async def forever(asi: AsyncSteps) -> None:
+        calls.append("coroutine ran")
+        await anyio.sleep_forever()
+
+    with anyio.fail_after(5):
+        async with AsyncTool() as tool:
+            root = AsyncSteps()
+
+            def outer(asi: AsyncSteps) -> None:
+                asi.set_cancel(lambda asi: calls.append("cancel handler"))
+                asi.add(forever)
+                tool.immediate(root.cancel)  # runs in this burst, before the step's task
+
+            root.add(outer)
+            root.execute()
+    assert calls == ["cancel handler"]
+    assert not root
