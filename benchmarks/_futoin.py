@@ -1,6 +1,6 @@
 """The benchmark scenarios written with futoin_anyio (the library under test).
 
-Written against the public API of CONTRACT.md only. Each function mirrors its
+Written against the public API (docs/semantics.rst) only. Each function mirrors its
 twin in ``js/bench.js`` (same N, same work, same checks) and in ``_plain.py``.
 The clock runs from before the roots are built (``add()`` is part of the cost a
 user pays) until the last root has completed.

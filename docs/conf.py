@@ -54,17 +54,12 @@ nitpick_ignore = [
         "cffi.FFI.CData",
         "_cffi_backend._CDataBase",
         "CData",
-        "P",
-        "T",
-        "R",
         "TypeAliasForwardRef",
-        "futoin_anyio._engine._Parallel",
-        # The engine's callback type aliases (private, shown by name).
+        # The callback type aliases of futoin_anyio._types (private, shown by name) and
+        # futoin_anyio.testing's AsyncTestFunc.
         "StepFunc",
         "ErrorHandler",
         "CancelHandler",
-        "ErrorFunc",
-        "CancelFunc",
         "AsyncTestFunc",
         # Unqualified names in futoin_anyio.binary docstrings.
         "State",

@@ -2,10 +2,11 @@
 
 A step that waits for something outside AsyncSteps calls ``wait_external()``
 (no implicit success), then completes from the outside world's callback.  Here
-the "outside world" is a blocking library running in its own thread: CONTRACT
-allows ``success()``/``error()`` of a waiting step from another thread, the work
-then happens on the event loop's thread.  ``error()`` raises, so the callback
-suppresses the exception, as the spec's ``try``/``catch`` does.  Expected output::
+the "outside world" is a blocking library running in its own thread: our
+semantics (docs/semantics.rst, "AsyncTool") allow ``success()``/``error()`` of a
+waiting step from another thread, the work then happens on the event loop's
+thread.  ``error()`` raises, so the callback suppresses the exception, as the
+spec's ``try``/``catch`` does.  Expected output::
 
     flow 1: waiting
     flow 1: external call succeeded

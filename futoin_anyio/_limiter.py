@@ -18,6 +18,7 @@ from ._sync_common import (
 )
 from ._throttle import Throttle
 from ._types import ErrorHandler, StepFunc
+from ._waitqueue import WaitQueue
 
 __all__ = ("Limiter", "LimiterStatistics")
 
@@ -94,10 +95,11 @@ class Limiter:
         rate = check_count("Limiter", "rate", rate, 1)
         period_ms = check_period("Limiter", "period_ms", period_ms)
         burst = check_queue("Limiter", "burst", burst)
-        self._mutex = Mutex(concurrent, max_queue)
-        self._throttle = Throttle(rate, period_ms, burst)
-        self._mutex._reject_info = "Limiter queue limit (max_queue) reached"
-        self._throttle._reject_info = "Limiter rate queue limit (burst) reached"
+        # The two wait queues name the Limiter's own limits when they refuse an entry.
+        self._mutex = Mutex._with_queue(
+            concurrent, WaitQueue(max_queue, "Limiter queue limit (max_queue) reached"))
+        self._throttle = Throttle._with_queue(
+            rate, period_ms, WaitQueue(burst, "Limiter rate queue limit (burst) reached"))
 
     # -- ISync ------------------------------------------------------------------------------------
 

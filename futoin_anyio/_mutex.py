@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
-from contextlib import suppress
 from dataclasses import dataclass
 from threading import get_ident
 from types import TracebackType
@@ -13,21 +11,16 @@ from anyio import Event
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from ._engine import AsyncSteps, flow_key, go_on_with, on_exit
-from ._errors import Errors
 from ._sync_common import (
-    DONE,
-    HELD,
-    NEW,
-    QUEUED,
     check_count,
     check_queue,
     check_section,
     enter_thread,
     lazy_binary,
-    rejected,
     task_key,
 )
 from ._types import ErrorHandler, StepFunc, _Item
+from ._waitqueue import DONE, HELD, NEW, QUEUED, WaitQueue, state_name
 
 __all__ = ("Mutex", "MutexStatistics")
 
@@ -82,14 +75,14 @@ class _Entry:
                 asi.success_step(*args)
             asi.add(entry.func, entry.onerror)
             return
-        if mutex._full():
-            mutex._rejected += 1
-            asi.error(Errors.DefenseRejected, mutex._reject_info)
+        queue = mutex._queue
+        if queue.full():
+            queue.reject(asi)
         # Wait in this step: when let in, it goes on with ``func`` (see ``Mutex._grant``).
         entry.asi = asi
         entry.args = args
         entry.state = QUEUED
-        mutex._queue.append(entry)
+        queue.append(entry)
         asi.wait_external()
 
     def leave(self) -> None:
@@ -98,12 +91,12 @@ class _Entry:
         self.state = DONE
         if state is QUEUED:
             self.asi = None
-            self.mutex._dequeue(self)
+            self.mutex._queue.discard(self)
         elif state is HELD:
             self.mutex._release(self.key)
 
     def __repr__(self) -> str:
-        return f"<Mutex.sync {self.func!r} {_STATE_NAMES[self.state]}>"
+        return f"<Mutex.sync {self.func!r} {state_name(self.state)}>"
 
 
 class _TaskWaiter:
@@ -117,10 +110,7 @@ class _TaskWaiter:
         self.event = Event()
 
     def __repr__(self) -> str:
-        return f"<Mutex task entry {_STATE_NAMES[self.state]}>"
-
-
-_STATE_NAMES = ("new", "queued", "held", "done")
+        return f"<Mutex task entry {state_name(self.state)}>"
 
 
 @final
@@ -149,18 +139,25 @@ class Mutex:
     :raises ValueError: if ``max < 1`` or ``max_queue < 0``.
     """
 
-    __slots__ = ("__weakref__", "_held", "_max", "_max_queue", "_owners", "_queue", "_reject_info",
-                 "_rejected", "_thread")
+    __slots__ = ("__weakref__", "_held", "_max", "_owners", "_queue", "_thread")
 
     def __init__(self, max: int = 1, max_queue: int | None = None) -> None:
-        self._max = check_count("Mutex", "max", max, 1)
-        self._max_queue = check_queue("Mutex", "max_queue", max_queue)
+        self._setup(check_count("Mutex", "max", max, 1),
+                    WaitQueue(check_queue("Mutex", "max_queue", max_queue),
+                              "Mutex queue limit (max_queue) reached"))
+
+    @classmethod
+    def _with_queue(cls, max: int, queue: WaitQueue[_Entry | _TaskWaiter]) -> Mutex:
+        """A Mutex over a wait queue of the caller's (a Limiter names its own limit in it)."""
+        self = cls.__new__(cls)
+        self._setup(max, queue)
+        return self
+
+    def _setup(self, max: int, queue: WaitQueue[_Entry | _TaskWaiter]) -> None:
+        self._max = max
         self._held = 0
-        self._rejected = 0
-        #: ``error_info`` of a rejection (a Limiter names its own limit here).
-        self._reject_info = "Mutex queue limit (max_queue) reached"
         self._owners: dict[object, int] = {}
-        self._queue: deque[_Entry | _TaskWaiter] = deque()
+        self._queue = queue
         self._thread = 0  # the thread of the event loop using it (see enter_thread())
 
     # -- ISync ------------------------------------------------------------------------------------
@@ -183,17 +180,17 @@ class Mutex:
         if self._acquire_nowait(key, get_ident()):
             await cancel_shielded_checkpoint()
             return
-        if self._full():
-            self._rejected += 1
-            raise rejected(self._reject_info)
+        queue = self._queue
+        if queue.full():
+            raise queue.rejection()
         waiter = _TaskWaiter(key)
-        self._queue.append(waiter)
+        queue.append(waiter)
         try:
             await waiter.event.wait()
         except BaseException:
             if waiter.state is QUEUED:
                 waiter.state = DONE
-                self._dequeue(waiter)
+                queue.discard(waiter)
             elif waiter.state is HELD:  # let in, but cancelled before it could resume
                 waiter.state = DONE
                 self._release(key)
@@ -207,22 +204,19 @@ class Mutex:
 
     def statistics(self) -> MutexStatistics:
         """Return how many flows are inside, how many wait, and how many were rejected."""
-        return MutexStatistics(held=self._held, waiting=len(self._queue),
-                               rejected=self._rejected, max=self._max, max_queue=self._max_queue)
+        queue = self._queue
+        return MutexStatistics(held=self._held, waiting=len(queue), rejected=queue.rejected,
+                               max=self._max, max_queue=queue.limit)
 
     def binary(self) -> Any:
         """The ``FutoInSync *`` of this Mutex for C code (see :mod:`futoin_anyio.binary`)."""
         return lazy_binary(self)
 
     def __repr__(self) -> str:
-        return (f"<Mutex max={self._max} max_queue={self._max_queue} held={self._held} "
+        return (f"<Mutex max={self._max} max_queue={self._queue.limit} held={self._held} "
                 f"waiting={len(self._queue)}>")
 
     # -- internals (also used by Limiter) ---------------------------------------------------------
-
-    def _full(self) -> bool:
-        limit = self._max_queue
-        return limit is not None and len(self._queue) >= limit
 
     def _acquire_nowait(self, key: object, thread: int | None) -> bool:
         if thread != self._thread:
@@ -270,7 +264,3 @@ class Mutex:
             waiter.state = HELD
             self._held += 1
             owners[waiter.key] = 1
-
-    def _dequeue(self, waiter: _Entry | _TaskWaiter) -> None:
-        with suppress(ValueError):  # already skipped by _grant()
-            self._queue.remove(waiter)

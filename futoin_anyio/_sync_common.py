@@ -1,31 +1,19 @@
 """Shared parts of the synchronisation primitives (:class:`Mutex`, :class:`Throttle`,
-:class:`Limiter`): argument checks, waiter states and the key of a plain AnyIO task.
-
-Every primitive keeps one FIFO queue of waiters. A waiter is either an AsyncSteps *flow* (its
-waiting step is completed with ``success()`` when it is let in, which puts the flow back on its
-driver's run queue) or a plain AnyIO *task* (it waits on an :class:`anyio.Event` of its own). The
-state of the waiter decides, when it is cancelled or fails, whether it leaves the queue or gives
-its place back; this is what makes "no permit lost or doubled" hold under any interleaving.
+:class:`Limiter`, and the Redis ones): argument checks, the thread rule and the key of a plain
+AnyIO task. The wait queue and the waiter states are in ``_waitqueue``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
 from anyio import get_current_task
 
 from ._errors import Errors, FutoInError
 
 __all__ = ()
-
-# Waiter / entry states.
-NEW: Final = 0  # created, neither queued nor inside
-QUEUED: Final = 1  # in the primitive's queue
-HELD: Final = 2  # let in (a Mutex permit is held, or a Throttle entry is counted)
-DONE: Final = 3  # gone: released, left the queue, or skipped as out of service
-
 
 def enter_thread(owner: str, prim: Any, thread: int | None, idle: bool) -> None:
     """An entry on a thread other than the primitive's last one: it moves to this thread if

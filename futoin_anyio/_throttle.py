@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import deque
-from contextlib import suppress
 from dataclasses import dataclass
 from threading import get_ident
 from types import TracebackType
@@ -13,22 +11,17 @@ from anyio import Event, current_time, move_on_at
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from ._engine import AsyncSteps
-from ._errors import Errors
 from ._sync_common import (
-    DONE,
-    HELD,
-    NEW,
-    QUEUED,
     check_count,
     check_period,
     check_queue,
     check_section,
     enter_thread,
     lazy_binary,
-    rejected,
 )
 from ._tool import Handle
 from ._types import ErrorHandler, StepFunc
+from ._waitqueue import DONE, HELD, NEW, QUEUED, WaitQueue, state_name
 
 __all__ = ("Throttle", "ThrottleStatistics")
 
@@ -76,13 +69,13 @@ class _Waiter:
             self.state = HELD
             asi.success(*args)
             return
-        if throttle._full():
-            throttle._rejected += 1
-            asi.error(Errors.DefenseRejected, throttle._reject_info)
+        queue = throttle._queue
+        if queue.full():
+            queue.reject(asi)
         self.asi = asi
         self.args = args
         self.state = QUEUED
-        throttle._queue.append(self)
+        queue.append(self)
         asi.set_cancel(self.abandon)
         asi.wait_external()
         throttle._sync_timer()
@@ -95,7 +88,7 @@ class _Waiter:
             self.throttle._dequeue(self)
 
     def __repr__(self) -> str:
-        return f"<Throttle entry {('new', 'queued', 'entered', 'done')[self.state]}>"
+        return f"<Throttle entry {state_name(self.state)}>"
 
 
 class _Section:
@@ -151,13 +144,10 @@ class Throttle:
         "__weakref__",
         "_count",
         "_max",
-        "_max_queue",
         "_period",
         "_period_end",
         "_period_ms",
         "_queue",
-        "_reject_info",
-        "_rejected",
         "_thread",
         "_timer",
         "_timer_host",
@@ -165,16 +155,25 @@ class Throttle:
 
     def __init__(self, max: int, period_ms: float = 1000,
                  max_queue: int | None = None) -> None:
-        self._max = check_count("Throttle", "max", max, 1)
-        self._period_ms = check_period("Throttle", "period_ms", period_ms)
-        self._period = self._period_ms / 1000.0
-        self._max_queue = check_queue("Throttle", "max_queue", max_queue)
+        self._setup(check_count("Throttle", "max", max, 1),
+                    check_period("Throttle", "period_ms", period_ms),
+                    WaitQueue(check_queue("Throttle", "max_queue", max_queue),
+                              "Throttle queue limit (max_queue) reached"))
+
+    @classmethod
+    def _with_queue(cls, max: int, period_ms: float, queue: WaitQueue[_Waiter]) -> Throttle:
+        """A Throttle over a wait queue of the caller's (a Limiter names its own limit in it)."""
+        self = cls.__new__(cls)
+        self._setup(max, period_ms, queue)
+        return self
+
+    def _setup(self, max: int, period_ms: float, queue: WaitQueue[_Waiter]) -> None:
+        self._max = max
+        self._period_ms = period_ms
+        self._period = period_ms / 1000.0
         self._count = 0
         self._period_end: float | None = None  # None: no period running
-        self._rejected = 0
-        #: ``error_info`` of a rejection (a Limiter names its own limit here).
-        self._reject_info = "Throttle queue limit (max_queue) reached"
-        self._queue: deque[_Waiter] = deque()
+        self._queue = queue
         self._timer: Handle | None = None
         self._timer_host: _Waiter | None = None  # the queued flow whose AsyncTool runs the timer
         self._thread = 0  # the thread of the event loop using it (see enter_thread())
@@ -198,13 +197,13 @@ class Throttle:
         if self._enter_nowait(current_time(), get_ident()):
             await cancel_shielded_checkpoint()
             return
-        if self._full():
-            self._rejected += 1
-            raise rejected(self._reject_info)
+        queue = self._queue
+        if queue.full():
+            raise queue.rejection()
         waiter = _Waiter(self)
         event = waiter.event = Event()
         waiter.state = QUEUED
-        self._queue.append(waiter)
+        queue.append(waiter)
         try:
             while waiter.state is QUEUED:
                 end = self._period_end
@@ -244,9 +243,10 @@ class Throttle:
                     entries = 0  # the period is over; nothing waited for the next one
             except Exception:  # no event loop running: report the last known count
                 pass
-        return ThrottleStatistics(entries=entries, waiting=len(self._queue),
-                                  rejected=self._rejected, max=self._max,
-                                  period_ms=self._period_ms, max_queue=self._max_queue)
+        queue = self._queue
+        return ThrottleStatistics(entries=entries, waiting=len(queue), rejected=queue.rejected,
+                                  max=self._max, period_ms=self._period_ms,
+                                  max_queue=queue.limit)
 
     def binary(self) -> Any:
         """The ``FutoInSync *`` of this Throttle for C code (see :mod:`futoin_anyio.binary`)."""
@@ -254,13 +254,9 @@ class Throttle:
 
     def __repr__(self) -> str:
         return (f"<Throttle max={self._max} period_ms={self._period_ms:g} "
-                f"max_queue={self._max_queue} entries={self._count} waiting={len(self._queue)}>")
+                f"max_queue={self._queue.limit} entries={self._count} waiting={len(self._queue)}>")
 
     # -- internals (also used by Limiter) ---------------------------------------------------------
-
-    def _full(self) -> bool:
-        limit = self._max_queue
-        return limit is not None and len(self._queue) >= limit
 
     def _enter_nowait(self, now: float, thread: int | None) -> bool:
         if thread != self._thread:
@@ -312,8 +308,7 @@ class Throttle:
                 waiter.event.set()
 
     def _dequeue(self, waiter: _Waiter) -> None:
-        with suppress(ValueError):  # already skipped by _grant()
-            self._queue.remove(waiter)
+        self._queue.discard(waiter)
         self._sync_timer()
 
     def _sync_timer(self) -> None:

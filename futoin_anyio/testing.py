@@ -34,15 +34,10 @@ from typing import Any, Final, TypeAlias, overload
 import anyio
 
 from . import AsyncSteps, AsyncTool
+from ._types import CancelHandler, ErrorHandler, StepFunc
 
 __all__ = ("BACKENDS", "Trace", "as_test", "backend", "expect_error")
 
-#: An execute callback: ``func(asi, *args)``, a plain or an ``async`` function.
-StepFunc: TypeAlias = Callable[..., Any]
-#: An error handler: ``onerror(asi, code)``.
-ErrorFunc: TypeAlias = Callable[[AsyncSteps, str], Any]
-#: A cancel handler: ``oncancel(asi)``.
-CancelFunc: TypeAlias = Callable[[AsyncSteps], Any]
 #: What :func:`as_test` returns: an async test function for pytest.
 AsyncTestFunc: TypeAlias = Callable[..., Coroutine[Any, Any, None]]
 
@@ -79,7 +74,7 @@ def backend(name: str, *, autojump_clock: bool = False) -> str | tuple[str, dict
     return name
 
 
-def expect_error(code: str, info: object = ...) -> ErrorFunc:
+def expect_error(code: str, info: object = ...) -> ErrorHandler:
     """Make an error handler for a negative test: accept exactly ``code``.
 
     The handler recovers (``asi.success()``) when the error code is ``code``
@@ -104,7 +99,7 @@ def as_test(func: StepFunc, /) -> AsyncTestFunc: ...
 
 @overload
 def as_test(
-    *, onerror: ErrorFunc | None = None, timeout: float | None = DEFAULT_TIMEOUT
+    *, onerror: ErrorHandler | None = None, timeout: float | None = DEFAULT_TIMEOUT
 ) -> Callable[[StepFunc], AsyncTestFunc]: ...
 
 
@@ -112,7 +107,7 @@ def as_test(
     func: StepFunc | None = None,
     /,
     *,
-    onerror: ErrorFunc | None = None,
+    onerror: ErrorHandler | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
 ) -> AsyncTestFunc | Callable[[StepFunc], AsyncTestFunc]:
     """Turn a step into a pytest test that runs it as an AsyncSteps flow.
@@ -170,7 +165,9 @@ def _mark_anyio(test: AsyncTestFunc) -> AsyncTestFunc:
     return marked
 
 
-async def _run(step: StepFunc, onerror: ErrorFunc | None, limit: float | None, name: str) -> None:
+async def _run(
+    step: StepFunc, onerror: ErrorHandler | None, limit: float | None, name: str
+) -> None:
     failures: list[str] = []
 
     def record_error(asi: AsyncSteps, code: str) -> None:
@@ -263,7 +260,7 @@ class Trace:
 
     def onerror(
         self, name: str, *, recover: bool = False, result: tuple[Any, ...] = ()
-    ) -> ErrorFunc:
+    ) -> ErrorHandler:
         """An error handler recording ``"<name>: <code>"``.
 
         :param recover: call ``asi.success(*result)``; otherwise the handler
@@ -277,7 +274,7 @@ class Trace:
 
         return onerror
 
-    def oncancel(self, name: str) -> CancelFunc:
+    def oncancel(self, name: str) -> CancelHandler:
         """A cancel handler (for ``asi.set_cancel()``) recording ``name``."""
 
         def oncancel(asi: AsyncSteps) -> None:

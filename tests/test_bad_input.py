@@ -1,4 +1,4 @@
-"""Bad input: every misuse named in the CONTRACT and the issues, and what it raises.
+"""Bad input: every misuse named in docs/semantics.rst and the issues, and what it raises.
 
 The table :data:`MISUSES` is the single source: the parametrised test runs each entry on both
 backends and checks the exception type, the FutoIn code (for ``FutoInError``) and a fragment of

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
+from pathlib import Path
 from types import FunctionType
 
 import futoin_anyio
@@ -13,6 +16,18 @@ def test_all_names_are_exported_and_public() -> None:
     for name in futoin_anyio.__all__:
         obj = getattr(futoin_anyio, name)
         assert obj.__module__ == "futoin_anyio", name
+
+
+def test_one_version_source() -> None:
+    """The installed metadata and ``__version__`` agree; pyproject.toml states no version."""
+    assert re.fullmatch(r"\d+\.\d+\.\d+([.-]?\w+)*", futoin_anyio.__version__)
+    assert importlib.metadata.version("futoin_anyio") == futoin_anyio.__version__
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    if pyproject.exists():  # a source checkout
+        text = pyproject.read_text(encoding="utf-8")
+        assert re.search(r'^dynamic = \[.*"version".*\]$', text, re.M)
+        assert not re.search(r"^version = [\"']", text, re.M)
+        assert 'version = { attr = "futoin_anyio.__version__" }' in text
 
 
 def test_binary_names_are_exported_and_public() -> None:

@@ -11,9 +11,9 @@ asyncio vs trio: the traces must be identical, always. A second, Python-only str
 legitimately order same-instant events of different branches, so each flow's part of the trace
 is compared (see ``test_differential_python_only``).
 
-futoin_anyio vs JS: identical, except where the CONTRACT deliberately differs or the reference has
-a bug; each such rule is applied by the translator (R2-R6, see :mod:`fuzz.js`) or by
-:func:`fuzz.interp.norm_info` (R1):
+futoin_anyio vs JS: identical, except where our semantics (docs/semantics.rst) deliberately
+differ or the reference has a bug; each such rule is applied by the translator (R2-R6, see
+:mod:`fuzz.js`) or by :func:`fuzz.interp.norm_info` (R1):
 
 * R1 ``error_info`` of an ``InternalError`` is not compared (Python puts the exception text there).
 * R2 a plain Python exception is translated as ``throw new Error("InternalError")``.
@@ -240,8 +240,9 @@ def test_first_substep_gets_no_args(node_runner: NodeRunner | None) -> None:
 
 def test_labelled_continue_from_parallel_branch(node_runner: NodeRunner | None) -> None:
     """BUG-F2 (fixed): a break/continue label survives leaving a parallel branch; a label no
-    loop has unwinds out of every loop as a ``LoopCont`` error (CONTRACT "Loops"). The engine
-    used to drop the label at the branch boundary and continue the enclosing loop instead."""
+    loop has unwinds out of every loop as a ``LoopCont`` error (docs/semantics.rst, "Loops").
+    The engine used to drop the label at the branch boundary and continue the enclosing loop
+    instead."""
     program = Program((
         Step(1, Loop(1, "repeat", 2, None, (
             Step(2, Par(3, (Step(4, Jump(False, "nowhere")),), None)),

@@ -18,6 +18,7 @@ import pytest
 
 from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError
 from futoin_anyio._limiter import Limiter, LimiterStatistics
+from futoin_anyio._mutex import Mutex
 from futoin_anyio._throttle import Throttle
 from futoin_anyio.testing import BACKENDS, backend
 
@@ -359,6 +360,49 @@ class TestTiming:
         await task()  # a place, but the rate is used up in this period
         assert codes == [Errors.DefenseRejected] * 2
         assert limiter.statistics().rejected == 2
+        idle(limiter)
+
+    async def test_rejections_name_the_limit(self) -> None:
+        """Each refusal's ``error_info`` names the limit that refused it, for flows and tasks:
+        the Limiter's own two limits, and a plain Mutex's or Throttle's ``max_queue``."""
+        infos: list[str] = []
+
+        def onerror(asi: AsyncSteps, code: str) -> None:
+            assert code == Errors.DefenseRejected
+            infos.append(asi.state.error_info)
+            asi.success()
+
+        async def task(obj: Any) -> None:
+            try:
+                async with obj:
+                    await anyio.sleep(0.01)
+            except FutoInError as exc:
+                infos.append(exc.info)
+
+        limiter = Limiter(concurrent=1, max_queue=0, rate=1, period_ms=100, burst=0)
+        await run_parallel(limiter, 2, Tracker().section(0.01), onerror).promise()
+        await run_parallel(limiter, 1, Tracker().section(0.01), onerror).promise()  # rate
+        await anyio.sleep(0.1)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(task, limiter)
+            await until(lambda: limiter.statistics().held == 1)
+            tg.start_soon(task, limiter)
+        mutex, throttle = Mutex(1, max_queue=0), Throttle(1, 100, max_queue=0)
+        for obj in (mutex, throttle):
+            await run_parallel(obj, 2, Tracker().section(0.01), onerror).promise()  # type: ignore[arg-type]
+            await anyio.sleep(0.1)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(task, obj)
+                await anyio.lowlevel.checkpoint()
+                tg.start_soon(task, obj)
+        assert infos == [
+            "Limiter queue limit (max_queue) reached",
+            "Limiter rate queue limit (burst) reached",
+            "Limiter queue limit (max_queue) reached",
+        ] + ["Mutex queue limit (max_queue) reached"] * 2 + [
+            "Throttle queue limit (max_queue) reached"] * 2
+        assert limiter.statistics().rejected == 3
+        assert mutex.statistics().rejected == throttle.statistics().rejected == 2
         idle(limiter)
 
     async def test_exit_without_holding(self) -> None:

@@ -33,16 +33,14 @@ from anyio import (
 )
 
 from .._errors import Errors, FutoInError
+from .._waitqueue import DONE, HELD, NEW, QUEUED, state_name
 
 __all__ = ()
 
 logger: Final = logging.getLogger("futoin_anyio.redis")
 
-# Waiter states.
-NEW: Final = 0  # the acquiring script is on its way
-QUEUED: Final = 1  # in the shared queue
-HELD: Final = 2  # let in
-DONE: Final = 3  # gone: failed, left, or released
+# Waiter states are the local primitives' (``_waitqueue``). Here NEW: the acquiring script is on
+# its way; QUEUED: in the shared queue; HELD: let in; DONE: gone (failed, left or released).
 
 #: Seconds a blocking wait may exceed its own server-side timeout before Redis counts as
 #: unreachable.
@@ -63,7 +61,7 @@ class Waiter:
         self.missed = False  # not found in Redis by the last lease renewal
 
     def __repr__(self) -> str:
-        return f"<redis entry {self.token} {('new', 'queued', 'held', 'done')[self.state]}>"
+        return f"<redis entry {self.token} {state_name(self.state)}>"
 
 
 def describe(exc: BaseException) -> str:

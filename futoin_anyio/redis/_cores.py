@@ -13,8 +13,9 @@ from typing import Any
 from anyio import Event
 
 from .._sync_common import rejected
+from .._waitqueue import HELD, NEW, QUEUED
 from . import _scripts
-from ._agent import HELD, NEW, QUEUED, Agent, Waiter
+from ._agent import Agent, Waiter
 
 __all__ = ()
 

@@ -14,10 +14,6 @@ from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 from .._engine import AsyncSteps, flow_key, go_on_with, on_exit
 from .._errors import Errors, FutoInError
 from .._sync_common import (
-    DONE,
-    HELD,
-    NEW,
-    QUEUED,
     check_count,
     check_period,
     check_queue,
@@ -25,6 +21,7 @@ from .._sync_common import (
     task_key,
 )
 from .._types import ErrorHandler, StepFunc, _Item
+from .._waitqueue import DONE, HELD, NEW, QUEUED, state_name
 from ._agent import Agent, Waiter, describe
 from ._cores import MutexCore, ThrottleCore
 
@@ -188,8 +185,7 @@ class _Entry:
             self.prim._leave(self.key)
 
     def __repr__(self) -> str:
-        state = ("new", "queued", "held", "done")[self.state]
-        return f"<{self.prim._kind}.sync {self.func!r} {state}>"
+        return f"<{self.prim._kind}.sync {self.func!r} {state_name(self.state)}>"
 
 
 class _Base:

@@ -53,9 +53,10 @@ Event = list[Any]
 def norm_info(code: str, info: Any) -> Any:
     """``error_info`` as the trace records it.
 
-    Rule R1 (CONTRACT "Errors"): a plain Python exception reaches handlers as ``InternalError``
-    with ``error_info = "ValueError: ..."``; the JS equivalent (``throw new Error(...)``) leaves
-    ``error_info`` unchanged. So the info of an ``InternalError`` is not compared.
+    Rule R1 (docs/semantics.rst, "Errors"): a plain Python exception reaches handlers as
+    ``InternalError`` with ``error_info = "ValueError: ..."``; the JS equivalent
+    (``throw new Error(...)``) leaves ``error_info`` unchanged. So the info of an
+    ``InternalError`` is not compared.
     """
     if code == Errors.InternalError:
         return None

@@ -5,7 +5,8 @@ of JavaScript source and answered with one JSON line holding its trace and outco
 on a virtual-time AsyncTool (``VTool`` in :data:`HARNESS`), the JS twin of the virtual clocks the
 Python side uses, so traces carry the same times.
 
-Translation rules (each one mirrors a deliberate CONTRACT difference, see the test module):
+Translation rules (each one mirrors a deliberate difference of our semantics,
+docs/semantics.rst, from the reference; see the test module):
 
 * R2: a plain Python exception (``raise ValueError``) becomes ``throw new Error("InternalError")``:
   in JS the error code is the thrown ``Error``'s message; in Python any non-FutoIn exception
@@ -13,7 +14,7 @@ Translation rules (each one mirrors a deliberate CONTRACT difference, see the te
 * R4: ``success_step(*args)`` becomes ``add((as) => as.success(...args))``: the reference's
   ``successStep()`` adds no step when the queue is empty (it sets the next step's arguments), so a
   step with a timeout or a cancel handler whose only sub-step is a ``successStep`` *waits* in JS;
-  CONTRACT: ``success_step`` adds a step.
+  ours (docs/semantics.rst, "Callbacks"): ``success_step`` adds a step.
 * R5: each parallel branch starts with a step that waits for one immediate callback. The
   reference loses the error of a branch that fails synchronously while ``executeParallel()`` is
   still starting the branches (``ParallelStep._error`` calls ``as.error()`` while the parent root
@@ -27,8 +28,8 @@ Translation rules (each one mirrors a deliberate CONTRACT difference, see the te
   fails the root with InternalError ("Invalid call (sanity check)"). The translated handler
   marks the failed step dead, and its pending completion checks the mark.
 * R3: ``repeat(0)`` / ``for_each`` over nothing becomes a step that succeeds with no arguments:
-  JS adds no step at all (so the previous step's arguments pass through), while CONTRACT "Loops"
-  says a loop that ends normally succeeds with no arguments.
+  JS adds no step at all (so the previous step's arguments pass through), while docs/semantics.rst,
+  "Loops", says a loop that ends normally succeeds with no arguments.
 """
 
 from __future__ import annotations
