@@ -62,7 +62,7 @@ from ._frame import (
 )
 from ._loops import _FOR_EACH, _LOOP, _REPEAT, _Loop
 from ._state import State, fresh_state
-from ._tool import _EMPTY, BURST, AsyncTool, _check_ms, current_tool
+from ._tool import _EMPTY, BURST, AsyncTool, _check_ms, current_tool, scope_class
 from ._types import CancelHandler, ErrorHandler, ISync, StepFunc, _Item
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -654,12 +654,12 @@ class AsyncSteps:
             flow.abort()
             driver._cancel_all()
             raise
+        if driver._raw_tasks:  # coroutines of roots executed into this driver: they end first
+            await driver._join_raw_tasks(cancel=True)
         if driver._idle_after_promise():
             driver._exited = True  # nothing more can be scheduled on it
         else:
             driver._cancel_all()  # roots executed into this private driver end with it
-        if driver._raw_tasks:
-            await driver._join_raw_tasks()
         self._flow = None  # no root <-> flow cycle left behind
         if not driver._slept:
             # The driver never yielded (the root completed at once, or only its own coroutine
@@ -1378,7 +1378,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
             _close_unstarted(step)
             coro.close()
             return
-        with CancelScope() as scope:
+        with scope_class(driver._library)() as scope:
             try:
                 result, error = await _await_step(step, scope)
             except BaseException as exc:

@@ -407,3 +407,97 @@ async def test_error_handler_between_inline_coroutines() -> None:
     asi.add(after)
     assert await asi.promise() == "FIRST"
     assert seen == [anyio.get_current_task().id]
+
+
+async def test_a_coroutine_of_another_root_started_while_inline_ends_with_the_promise() -> None:
+    """A root executed into the promise's driver reaches an ``async def`` step while the
+    caller awaits inline: it runs concurrently (the inline step waits for it), and when the
+    promise returns it has been cancelled and its coroutine's ``finally`` has run."""
+    log: list[str] = []
+    started = anyio.Event()
+
+    async def other_step(asi: AsyncSteps) -> None:
+        log.append("other started")
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            log.append("other finally")
+
+    async def step(asi: AsyncSteps) -> None:
+        other = asi.new_instance()
+        def outer(asi: AsyncSteps) -> None:
+            asi.set_cancel(lambda asi: log.append("other cancelled"))
+            asi.add(other_step)
+
+        other.add(outer)
+        other.execute()
+        with anyio.fail_after(5):
+            await started.wait()
+        log.append("inline step done")
+
+    asi = AsyncSteps()
+    asi.add(step)
+    with anyio.fail_after(5):
+        await asi.promise()
+    assert log[:2] == ["other started", "inline step done"]
+    assert log[2:] == ["other finally", "other cancelled"]  # as in a task group
+
+
+async def test_outer_cancellation_while_a_helper_serves_the_driver() -> None:
+    """The inline step has a timer of its own pending (so a helper task serves the driver):
+    an outer cancellation still propagates unchanged, the helper ends, the timer never fires."""
+    fired: list[str] = []
+    handles: list[Any] = []
+
+    async def step(asi: AsyncSteps) -> None:
+        tool = asi.tool
+        assert tool is not None
+        handles.append(tool.deferred(60_000, lambda: fired.append("deferred")))
+        tool.immediate(lambda: fired.append("immediate"))
+        await anyio.sleep_forever()
+
+    asi = AsyncSteps()
+    asi.add(step)
+    with anyio.fail_after(5), anyio.move_on_after(0.05) as scope:
+        await asi.promise()
+    assert scope.cancelled_caught
+    assert fired == ["immediate"]
+    assert not handles[0].is_valid()
+
+
+async def test_promise_is_a_cancel_point() -> None:
+    """A task whose scope is already cancelled does not start the root."""
+    ran: list[str] = []
+    asi = AsyncSteps()
+    asi.add(lambda asi: ran.append("step"))
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await asi.promise()
+    assert scope.cancelled_caught
+    assert ran == []
+
+
+async def test_a_loop_of_instant_promises_lets_other_tasks_run() -> None:
+    """Roots that complete at once make a schedule point every so often (not on every call,
+    which would cost a task switch each): another task keeps running meanwhile."""
+    turns = [0]
+    done = anyio.Event()
+
+    async def other() -> None:
+        while not done.is_set():
+            turns[0] += 1
+            await anyio.lowlevel.checkpoint()
+
+    calls = 1600
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(other)
+        await anyio.lowlevel.checkpoint()
+        start = turns[0]
+        for _ in range(calls):
+            asi = AsyncSteps()
+            asi.add(lambda asi: asi.success(1)).add(lambda asi, one: None)
+            await asi.promise()
+        served = turns[0] - start
+        done.set()
+    assert calls // 32 <= served <= calls // 4, served
