@@ -626,6 +626,11 @@ class AsyncSteps:
         code ``Cancelled``. If the awaiting task is cancelled, the cancel handlers of every
         active step run, innermost first, and the cancellation propagates unchanged. The root
         then runs on the awaiting task's thread.
+
+        It is always a cancel point: a task already cancelled does not start the root. It is a
+        schedule point whenever the root waits; a root that completes at once makes one on
+        every 16th such call in a row, so that a loop of instant roots cannot starve the event
+        loop without a task switch per call.
         """
         self._check_startable("promise()")
         driver = AsyncTool._private()
