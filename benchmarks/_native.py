@@ -4,8 +4,8 @@ Each row has two sides doing the same work on the running backend, each verifyin
 its own result: ``ours`` (futoin_anyio, public API only, the way an AnyIO user writes
 it: a task per request, ``async def`` steps, ``await root.promise()``) and ``plain``
 (the same code hand-written in AnyIO). Row ``tasks`` has a third side, ``plain_cp``:
-the plain tasks plus one checkpoint each, since ``promise()`` checkpoints once by
-convention (a cancel point and a schedule point, as Trio's own operations).
+the plain tasks plus one checkpoint each: what a task costs that yields once, as a
+``promise()`` whose root waits does (one of instant roots yields every 16th call).
 
 The clock runs from before the first task or root is built until the last one has
 finished. ``blocked_mem`` measures traced bytes (tracemalloc) per blocked task instead.

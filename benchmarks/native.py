@@ -279,8 +279,8 @@ def render_markdown(rows: list[dict[str, Any]]) -> str:
     if variants:
         lines += [
             "",
-            "Row (c) against plain tasks that also checkpoint once each, as `promise()` does"
-            " by convention (for information; the target is against the plain tasks above):",
+            "Row (c) against plain tasks that also checkpoint once each (for information;"
+            " the target is against the plain tasks above):",
             "",
             "| row | N | backend | ours | plain AnyIO + checkpoint | ours vs plain |",
             "|---|---|---|---|---|---|",
