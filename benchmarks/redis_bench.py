@@ -270,6 +270,9 @@ def run(port: int, impl: str, backends: list[str], duration: float, rate: int) -
             if p.poll() is None:
                 p.kill()
                 p.wait()
+            for pipe in (p.stdin, p.stdout):
+                if pipe is not None:
+                    pipe.close()
     return {"workers": out, "start": start_at, "duration": duration, "rate": rate}
 
 
