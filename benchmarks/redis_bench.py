@@ -18,8 +18,8 @@ they are ready, and start together when every one is.
   CPU time the 4 processes spent per acquisition, and overlapping holders (the invariant:
   must be 0). The *floor* run is no lock at all: the 4 processes pass one token round the
   ring, each ``BLPOP`` on its own list and ``RPUSH`` to the next one's, through the same
-  client (coredis); it is the most hand-offs per second any push wake-up through Redis can
-  give on this machine.
+  client (coredis), and again through redis-py (a lighter client, asyncio only); it is the
+  most hand-offs per second a push wake-up through Redis can give on this machine.
 - *limiter*: each process runs 8 tasks entering as fast as they can through a shared rate
   (``--rate``, default 1000 per second; ours: ``RedisLimiter(concurrent=32, rate=rate/20,
   period_ms=50)``, waiting in its queue; ``limits``: its moving window of ``rate`` per second
@@ -39,12 +39,13 @@ import sys
 import time
 import uuid
 from itertools import pairwise
-from typing import Any
+from typing import Any, cast
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TASKS = int(os.environ.get("FUTOIN_BENCH_TASKS", "8"))  # tasks per process, limiter runs
 MIXED = ["asyncio", "trio", "asyncio", "trio"]
+_PROFILE: Any = None  # the worker's cProfile.Profile, from the start of its run to its end
 FOUR = ["asyncio"] * 4
 
 #: Table rows: label -> (worker kind, the 4 processes' backends).
@@ -53,6 +54,7 @@ MUTEX_RUNS = {
     "redis-py Lock (sleep=0.1)": ("redispy-mutex", FOUR),
     "redis-py Lock (sleep=0.001)": ("redispy-mutex-1ms", FOUR),
     "floor: BLPOP/RPUSH ring": ("floor", MIXED),
+    "floor: ring via redis-py": ("floor-redispy", FOUR),
 }
 LIMITER_RUNS = {
     "RedisLimiter": ("ours-limiter", MIXED),
@@ -76,10 +78,14 @@ async def _go() -> float:
     import anyio
 
     await anyio.sleep(max(0.0, start_at - time.time()))
+    if _PROFILE is not None:
+        _PROFILE.enable()
     return start_at
 
 
 def _result(stamps: Any, cpu0: float, **extra: Any) -> dict[str, Any]:
+    if _PROFILE is not None:
+        _PROFILE.disable()
     return {"stamps": stamps, "cpu": time.process_time() - cpu0, **extra}
 
 
@@ -121,6 +127,30 @@ async def _floor(port: int, name: str, duration: float, rate: int, idx: int) -> 
             stamps.append((t0, t1))
             await client.rpush(nxt, [b"t"])
         return _result(stamps, cpu0)
+
+
+async def _floor_redispy(port: int, name: str, duration: float, rate: int, idx: int) -> Any:
+    import redis.asyncio as aioredis
+
+    stamps: list[tuple[int, int]] = []
+    mine, nxt = f"{name}:ring:{idx}", f"{name}:ring:{(idx + 1) % 4}"
+    client = aioredis.Redis(host="127.0.0.1", port=port)
+    try:
+        await client.ping()
+        end = await _go() + duration
+        cpu0 = time.process_time()
+        if idx == 0:
+            await client.rpush(mine, b"t")
+        while time.time() < end:
+            if await client.blpop([mine], timeout=0.5) is None:
+                continue
+            t0 = time.time_ns()
+            t1 = time.time_ns()
+            stamps.append((t0, t1))
+            await client.rpush(nxt, b"t")
+        return _result(stamps, cpu0)
+    finally:
+        await client.aclose()
 
 
 async def _redispy_mutex(port: int, name: str, duration: float, sleep: float) -> Any:
@@ -221,6 +251,20 @@ async def _limits_limiter(port: int, name: str, duration: float, rate: int, idx:
 
 def _worker(argv: list[str]) -> None:
     impl, backend, port, name, duration, rate, idx = argv
+    out = os.environ.get("FUTOIN_BENCH_PROFILE")
+    if out and idx == "0":  # cProfile the first worker's run (see --profile)
+        import cProfile
+
+        global _PROFILE
+        _PROFILE = cProfile.Profile()
+        _work(impl, backend, port, name, duration, rate, idx)
+        _PROFILE.dump_stats(f"{out}.{impl}")
+        return
+    _work(impl, backend, port, name, duration, rate, idx)
+
+
+def _work(impl: str, backend: str, port: str, name: str, duration: str, rate: str,
+          idx: str) -> None:
     import anyio
 
     args = (int(port), name, float(duration))
@@ -229,7 +273,7 @@ def _worker(argv: list[str]) -> None:
     elif impl == "redispy-mutex-1ms":
         result = anyio.run(_redispy_mutex, *args, 0.001, backend="asyncio")
     else:
-        func: Any = {"ours-mutex": _ours_mutex, "floor": _floor,
+        func: Any = {"ours-mutex": _ours_mutex, "floor": _floor, "floor-redispy": _floor_redispy,
                      "limits-limiter": _limits_limiter}.get(impl)
         if func is None:  # ours-limiter, ours-throttle, ours-control
             result = anyio.run(_ours_limiter, *args, int(rate), impl, backend=backend)
@@ -349,6 +393,29 @@ def measure(port: int, parts: list[str], duration: float, rate: int) -> dict[str
     return figures
 
 
+def profile_shares(path: str) -> dict[str, float]:
+    """Share of a worker's profiled time (own time of functions, waiting excluded) by
+    package: where the CPU of an entry goes."""
+    import pstats
+
+    stats: Any = cast(Any, pstats.Stats(path)).stats
+    shares: dict[str, float] = {}
+    for (file, _line, func), (_cc, _nc, tottime, _ct, _callers) in stats.items():
+        if "poll" in func or "select" in func:
+            continue  # idle: waiting for the socket
+        group = "other"
+        for part in ("futoin_anyio", "coredis", "anyio", "trio", "asyncio", "redis", "limits"):
+            if f"/{part}/" in file:
+                group = part
+                break
+        else:
+            if "send" in func or "recv" in func:
+                group = "socket send/recv"
+        shares[group] = shares.get(group, 0.0) + tottime
+    total = sum(shares.values()) or 1.0
+    return {k: v / total for k, v in sorted(shares.items(), key=lambda kv: -kv[1])}
+
+
 def report(figures: dict[str, Any]) -> None:
     duration, rate = figures["duration"], figures["rate"]
     if "RedisMutex(1)" in figures:
@@ -363,7 +430,7 @@ def report(figures: dict[str, Any]) -> None:
                   f"{f['overlaps']:8d}")
         ours = figures["RedisMutex(1)"]
         for key in ("redis-py Lock (sleep=0.1)", "redis-py Lock (sleep=0.001)",
-                    "floor: BLPOP/RPUSH ring"):
+                    "floor: BLPOP/RPUSH ring", "floor: ring via redis-py"):
             base = figures[key]
             if base["per_s"] and base["handoffs_per_s"]:
                 print(f"RedisMutex / {key}: {ours['per_s'] / base['per_s']:.2f}x acquisitions/s,"
@@ -391,18 +458,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=1000, help="limiter runs: entries per s")
     parser.add_argument("--only", choices=("mutex", "limiter"), help="one kind of run")
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--profile", metavar="FILE",
+                        help="cProfile the first worker of each run into FILE.<kind> and print "
+                             "where its time went, by package")
     args = parser.parse_args(argv)
     duration = args.duration or (0.5 if args.quick else 10.0)
     parts = [args.only] if args.only else ["mutex", "limiter"]
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from redis_support.server import RedisServer
 
+    if args.profile:
+        os.environ["FUTOIN_BENCH_PROFILE"] = os.path.abspath(args.profile)
     server = RedisServer()
     try:
         figures = measure(server.port, parts, duration, args.rate)
     finally:
         server.close()
     report(figures)
+    if args.profile:
+        runs = {**MUTEX_RUNS, **LIMITER_RUNS}
+        for key, (impl, _) in runs.items():
+            path = f"{os.path.abspath(args.profile)}.{impl}"
+            if os.path.exists(path):
+                shares = ", ".join(f"{k} {100 * v:.0f}%" for k, v in profile_shares(path).items())
+                print(f"profile of {key} (one worker, own time): {shares}")
     if args.json:
         with open(args.json, "w") as fp:
             json.dump(figures, fp, indent=1)
