@@ -365,6 +365,45 @@ async def test_limiter_defaults_reject_and_limits_hold(redis_server: RedisServer
         assert await leftovers(client, name2) == []
 
 
+async def script_calls(client: Any) -> int:
+    """Lua script calls the server has run so far (``EVALSHA`` and ``EVAL``)."""
+    stats = await client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+async def test_limiter_place_and_rate_in_one_round_trip(redis_server: RedisServer) -> None:
+    name = fresh()
+    async with connect(redis_server) as client:
+        lim = RedisLimiter(client, name, concurrent=2, rate=1, period_ms=10000)
+        async with lim:  # warm up: the scripts are loaded
+            pass
+        name = fresh()
+        lim = RedisLimiter(client, name, concurrent=2, rate=1, period_ms=10000)
+        before = await script_calls(client)
+        async with lim:
+            # One script took the place and the rate; the release is the second.
+            assert await script_calls(client) - before == 1
+            assert lim.statistics().shared_held == 1
+            assert lim.statistics().shared_entries == 1
+
+            async def second() -> None:  # a free place, but the rate is spent and no burst
+                with pytest.raises(FutoInError) as info:
+                    async with lim:
+                        pass  # pragma: no cover - rejected
+                assert info.value.code == Errors.DefenseRejected
+                assert "burst" in str(info.value.info)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(second)
+            # The same script gave the place back: no second call, no place left behind.
+            assert await script_calls(client) - before == 2
+            assert await client.zcard(f"futoin:{{{name}}}:c:h") == 1
+            assert lim.statistics().shared_held == 1
+        assert await script_calls(client) - before == 3
+        assert lim.statistics().rejected == 1
+        assert await leftovers(client, name) == []
+
+
 # coredis leaves memory streams of its failed connections unclosed (ResourceWarning at GC).
 _CONNECT_FAILURE_WARNINGS = (
     pytest.mark.filterwarnings("ignore::ResourceWarning"),

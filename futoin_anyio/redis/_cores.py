@@ -96,6 +96,11 @@ class MutexCore(_Core):
             w, self._acquire, self.keys,
             [w.token, self.max, self.max_queue, agent.lease, agent.signal_prefix])
         self.shared_held, self.shared_waiting = int(held), int(queued)
+        return await self.finish(w, int(status))
+
+    async def finish(self, w: Waiter, status: int) -> Waiter:
+        """Go on from the acquiring script's ``status``: in, rejected, or wait in the queue."""
+        agent = self.agent
         if status == 1:
             agent.set_held(w, keep=True)
             return w
@@ -164,6 +169,11 @@ class ThrottleCore(_Core):
             w, self._acquire, self.keys,
             [w.token, self.max, self.max_queue, self.period, agent.lease, agent.signal_prefix])
         self.shared_entries, self.shared_waiting = int(entries), int(queued)
+        await self.finish(w, int(status), int(left))
+
+    async def finish(self, w: Waiter, status: int, left: int) -> None:
+        """Go on from the acquiring script's ``status``: in, rejected, or wait in the queue."""
+        agent = self.agent
         if status == 1:
             agent.set_held(w, keep=False)
             self.entered += 1
@@ -174,7 +184,7 @@ class ThrottleCore(_Core):
             raise rejected(self.reject_info)
         if w.state is NEW:
             agent.set_queued(w)
-            agent.arm_tick(int(left))
+            agent.arm_tick(left)
             await self._wait(w)
         self.entered += 1
 
@@ -204,3 +214,57 @@ class ThrottleCore(_Core):
         return [_text(t) for t in missing]
 
 
+
+
+class LimiterCore:
+    """A place (a :class:`MutexCore`) and then the rate (a :class:`ThrottleCore`), asked for in
+    one round trip when a place is free: one script takes the place and enters the rate or
+    queues for it."""
+
+    def __init__(self, places: MutexCore, rate: ThrottleCore) -> None:
+        self.places = places
+        self.rate = rate
+        self.keys = places.keys + rate.keys
+        self._acquire = places.agent.client.register_script(_scripts.LIMITER_ACQUIRE)
+
+    async def acquire(self) -> Waiter:
+        places, rate = self.places, self.rate
+        agent = places.agent
+        agent.start()
+        if agent.pending:
+            await agent.settled()
+        wp = agent.new_waiter(places)
+        wr = agent.new_waiter(rate)
+        wr.event = Event()
+        try:
+            reply = await places._first_call(
+                wp, self._acquire, self.keys,
+                [wp.token, places.max, places.max_queue, wr.token, rate.max, rate.max_queue,
+                 rate.period, agent.lease, agent.signal_prefix])
+        except BaseException:
+            agent.set_done(wr)
+            agent.spawn(rate.leave_token, wr.token)  # the script may have run
+            raise
+        status = int(reply[0])
+        places.shared_held, places.shared_waiting = int(reply[1]), int(reply[2])
+        if status != 1:
+            agent.set_done(wr)  # the rate was not asked for: a place first
+            wp = await places.finish(wp, status)
+            try:
+                await rate.acquire()
+            except BaseException:
+                places.release(wp)
+                raise
+            return wp
+        agent.set_held(wp, keep=True)
+        rstatus = int(reply[3])
+        rate.shared_entries, rate.shared_waiting = int(reply[5]), int(reply[6])
+        if rstatus == -1:
+            agent.set_done(wp)  # the script gave the place back
+        try:
+            await rate.finish(wr, rstatus, int(reply[4]))
+        except BaseException:
+            if wp.state is HELD:
+                places.release(wp)
+            raise
+        return wp

@@ -23,7 +23,7 @@ from .._sync_common import (
 from .._types import ErrorHandler, StepFunc, _Item
 from .._waitqueue import DONE, HELD, NEW, QUEUED, state_name
 from ._agent import Agent, Waiter, describe
-from ._cores import MutexCore, ThrottleCore
+from ._cores import LimiterCore, MutexCore, ThrottleCore
 
 __all__ = (
     "RedisLimiter",
@@ -471,18 +471,13 @@ class RedisLimiter(_Base):
                                 "Limiter queue limit (max_queue) reached")
         self._throttle = ThrottleCore(self._agent, "r:", rate, period_ms, burst,
                                       "Limiter rate queue limit (burst) reached")
+        self._both = LimiterCore(self._mutex, self._throttle)
 
     async def _enter_again(self) -> None:
         await self._throttle.acquire()
 
     async def _enter(self) -> Waiter:
-        w = await self._mutex.acquire()
-        try:
-            await self._throttle.acquire()
-        except BaseException:
-            self._mutex.release(w)
-            raise
-        return w
+        return await self._both.acquire()
 
     def _release_ticket(self, ticket: Any) -> None:
         self._mutex.release(ticket)

@@ -64,25 +64,29 @@ local function grant(max, sigp, ttl)
 end
 """
 
+_MUTEX_ENTER: Final = """
+local function mutex_acquire(tok, max, maxq, lease, sigp)
+  grant(max, sigp, lease)
+  local held = redis.call('ZCARD', H)
+  local qn = redis.call('ZCARD', Q)
+  if qn == 0 and held < max then
+    redis.call('ZADD', H, now + lease, tok)
+    expire_holders()
+    return {1, held + 1, 0}
+  end
+  if maxq >= 0 and qn >= maxq then return {-1, held, qn} end
+  redis.call('ZADD', Q, redis.call('INCR', SEQ), tok)
+  redis.call('ZADD', QL, now + lease, tok)
+  touch(lease, Q, QL, SEQ, SEQ)
+  expire_holders()
+  return {0, held, qn + 1}
+end
+"""
+
 #: ARGV: token, max, max_queue (-1: none), lease_ms, signal prefix.
 #: Returns {1 entered | 0 queued | -1 rejected, holders, queued}.
-MUTEX_ACQUIRE: Final = _MUTEX + """
-local tok, max, maxq, lease, sigp = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
-  tonumber(ARGV[4]), ARGV[5]
-grant(max, sigp, lease)
-local held = redis.call('ZCARD', H)
-local qn = redis.call('ZCARD', Q)
-if qn == 0 and held < max then
-  redis.call('ZADD', H, now + lease, tok)
-  expire_holders()
-  return {1, held + 1, 0}
-end
-if maxq >= 0 and qn >= maxq then return {-1, held, qn} end
-redis.call('ZADD', Q, redis.call('INCR', SEQ), tok)
-redis.call('ZADD', QL, now + lease, tok)
-touch(lease, Q, QL, SEQ, SEQ)
-expire_holders()
-return {0, held, qn + 1}
+MUTEX_ACQUIRE: Final = _MUTEX + _MUTEX_ENTER + """
+return mutex_acquire(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5])
 """
 
 #: ARGV: token, max, lease_ms, signal prefix. Leaves the queue or gives the permit back.
@@ -120,8 +124,7 @@ return {missing, redis.call('ZCARD', H), redis.call('ZCARD', Q)}
 
 # -- Throttle: KEYS = queue, queue leases, sequence, period (hash: e = end, c = entries) --------
 
-_THROTTLE: Final = _COMMON + """
-local Q, QL, SEQ, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+_THROTTLE_DEFS: Final = """
 -- The end of the running period, after starting the next one (back to back while anyone
 -- waits) and letting waiters in; nil when no period runs.
 local function refresh(max, period, sigp, ttl)
@@ -155,30 +158,39 @@ local function count()
 end
 """
 
+_THROTTLE_ENTER: Final = """
+local function throttle_acquire(tok, max, maxq, period, lease, sigp)
+  local e = refresh(max, period, sigp, lease)
+  local qn = redis.call('ZCARD', Q)
+  if qn == 0 then
+    if not e then
+      redis.call('HSET', P, 'e', now + period, 'c', 1)
+      redis.call('PEXPIRE', P, math.ceil(2 * period))
+      return {1, math.ceil(period), 1, 0}
+    end
+    local c = count()
+    if c < max then
+      redis.call('HINCRBY', P, 'c', 1)
+      return {1, left(e), c + 1, 0}
+    end
+  end
+  if maxq >= 0 and qn >= maxq then return {-1, left(e), count(), qn} end
+  redis.call('ZADD', Q, redis.call('INCR', SEQ), tok)
+  redis.call('ZADD', QL, now + lease, tok)
+  touch(lease, Q, QL, SEQ, SEQ)
+  return {0, left(e), count(), qn + 1}
+end
+"""
+
+_THROTTLE: Final = _COMMON + """
+local Q, QL, SEQ, P = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+""" + _THROTTLE_DEFS + _THROTTLE_ENTER
+
 #: ARGV: token, max, max_queue (-1: none), period_ms, lease_ms, signal prefix.
 #: Returns {1 entered | 0 queued | -1 rejected, ms left in the period, entries, queued}.
 THROTTLE_ACQUIRE: Final = _THROTTLE + """
-local tok, max, maxq, period, lease, sigp = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]),
-  tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
-local e = refresh(max, period, sigp, lease)
-local qn = redis.call('ZCARD', Q)
-if qn == 0 then
-  if not e then
-    redis.call('HSET', P, 'e', now + period, 'c', 1)
-    redis.call('PEXPIRE', P, math.ceil(2 * period))
-    return {1, math.ceil(period), 1, 0}
-  end
-  local c = count()
-  if c < max then
-    redis.call('HINCRBY', P, 'c', 1)
-    return {1, left(e), c + 1, 0}
-  end
-end
-if maxq >= 0 and qn >= maxq then return {-1, left(e), count(), qn} end
-redis.call('ZADD', Q, redis.call('INCR', SEQ), tok)
-redis.call('ZADD', QL, now + lease, tok)
-touch(lease, Q, QL, SEQ, SEQ)
-return {0, left(e), count(), qn + 1}
+return throttle_acquire(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]),
+  tonumber(ARGV[5]), ARGV[6])
 """
 
 #: ARGV: max, period_ms, lease_ms, signal prefix. Starts the next period when one is over.
@@ -215,4 +227,31 @@ end
 local e = refresh(max, period, sigp, lease)
 touch(lease, Q, QL, SEQ, SEQ)
 return {missing, left(e), count(), redis.call('ZCARD', Q)}
+"""
+
+# -- Limiter: a place (the Mutex's KEYS 1-4) and the rate (the Throttle's, KEYS 5-8) at once ---
+
+#: ARGV: place token, concurrent, max_queue, rate token, rate, burst, period_ms, lease_ms,
+#: signal prefix. Takes a place and, when it gets one, enters the rate or queues for it, in one
+#: round trip; a rate queue found full gives the place back at once.
+#: Returns {place: 1 | 0 | -1, holders, queued, rate: 1 | 0 | -1 (nil: not asked), ms left in
+#: the period, entries, rate waiters}.
+LIMITER_ACQUIRE: Final = _MUTEX + _MUTEX_ENTER + """
+local rate_acquire
+do
+  local Q, QL, SEQ, P = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+""" + _THROTTLE_DEFS + _THROTTLE_ENTER + """
+  rate_acquire = throttle_acquire
+end
+local ptok, lease, sigp = ARGV[1], tonumber(ARGV[8]), ARGV[9]
+local m = mutex_acquire(ptok, tonumber(ARGV[2]), tonumber(ARGV[3]), lease, sigp)
+if m[1] ~= 1 then return m end
+local r = rate_acquire(ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]),
+  lease, sigp)
+if r[1] == -1 then
+  redis.call('ZREM', H, ptok)
+  grant(tonumber(ARGV[2]), sigp, lease)
+  m[2] = redis.call('ZCARD', H)
+end
+return {m[1], m[2], m[3], r[1], r[2], r[3], r[4]}
 """

@@ -1,0 +1,57 @@
+"""The Redis benchmark's harness still runs, and every run verifies its invariants.
+
+A short run of every row (4 OS processes each, on the session's redis-server): this checks
+that the figures ``python -m benchmarks.redis_bench`` would print come from runs whose
+invariants hold (no overlapping holders, no rejected entry, the rate never exceeded), never
+how fast they are.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from redis_support.server import RedisServer
+
+pytest.importorskip("coredis")
+pytest.importorskip("redis")
+pytest.importorskip("limits")
+
+from benchmarks import redis_bench
+
+
+def test_quick_run_verifies_invariants(redis_server: RedisServer,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    figures = redis_bench.measure(redis_server.port, ["mutex", "limiter"], 0.3, 200)
+    assert redis_bench.check(figures) == []
+    for key in redis_bench.MUTEX_RUNS:
+        f = figures[key]
+        assert f["entries"] > 0 and f["overlaps"] == 0, (key, f)
+        assert f["cpu_ms"] > 0, (key, f)
+    for key in ("RedisMutex(1)", "floor: BLPOP/RPUSH ring", "floor: ring via redis-py"):
+        # FIFO and the ring: every entry after the first is a hand-off to another process.
+        f = figures[key]
+        assert f["entries"] > 4 and math.isfinite(f["p99_ms"]), (key, f)
+        assert f["handoffs_per_s"] == pytest.approx(f["per_s"], rel=0.2), (key, f)
+    for key in redis_bench.LIMITER_RUNS:
+        assert figures[key]["entries"] > 0, (key, figures[key])
+    for key in ("RedisLimiter", "RedisThrottle"):
+        assert figures[key]["rejected"] == 0
+        assert figures[key]["worst_1s"] <= 200 + 10, (key, figures[key])
+    redis_bench.report(figures)
+    out = capsys.readouterr().out
+    assert "RedisMutex / redis-py Lock (sleep=0.1)" in out
+    assert "control: RedisMutex(32)" in out
+
+
+def test_check_reports_broken_invariants() -> None:
+    good = {"entries": 10, "overlaps": 0}
+    figures = {"rate": 100, "RedisMutex(1)": {"entries": 10, "overlaps": 2},
+               "floor: BLPOP/RPUSH ring": good,
+               "RedisLimiter": {"entries": 10, "rejected": 1, "worst_1s": 100},
+               "RedisThrottle": {"entries": 10, "rejected": 0, "worst_1s": 106}}
+    bad = redis_bench.check(figures)
+    assert len(bad) == 3
+    assert "2 overlapping holders" in bad[0]
+    assert "1 rejected" in bad[1]
+    assert "106 entries in 1 s" in bad[2]
