@@ -11,10 +11,10 @@ from ._errors import Errors, FutoInError
 if TYPE_CHECKING:
     from anyio import CancelScope
 
-    from ._engine import AsyncSteps
+    from ._driver import Handle
     from ._loops import _LoopRun
     from ._parallel import _ParallelRun
-    from ._tool import Handle
+    from ._steps import AsyncSteps
     from ._types import CancelHandler
 
 logger = logging.getLogger("futoin_anyio")
@@ -93,6 +93,12 @@ def _own_ext(frame: AsyncSteps) -> _Ext:
 
 def _internal(message: str) -> NoReturn:
     raise FutoInError(Errors.InternalError, message)
+
+
+def _wrong_thread(what: str) -> NoReturn:
+    raise RuntimeError(
+        f"{what} must be called on the event loop's thread; from another thread only success() "
+        "and error() of a step waiting for an external event and cancel() of a root are allowed")
 
 
 def _end_ext(frame: AsyncSteps) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any, final
 
 from .._frame import _CORO, _EXEC, _HANDLER
+from .._hooks import flow_key
 from . import _bridge, _sync
 from ._ffi import ffi, lib
 from ._trampolines import (
@@ -421,8 +422,6 @@ def _root_of(b: _Binding) -> Any:
 
 def _flow_id(asi: Any) -> int:
     """rootId: one per sequential flow, so each parallel branch has its own (spec 1.11.4)."""
-    from .._engine import flow_key
-
     return id(flow_key(asi))
 
 
