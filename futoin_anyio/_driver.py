@@ -44,7 +44,7 @@ from ._flow import (
     _inline_cancelled,
     _on_timeout,
 )
-from ._frame import _CANCELLING, _CORO
+from ._frame import CANCELLING, CORO
 
 _sniffio: Any
 try:
@@ -505,10 +505,10 @@ class _Driver:
                     self._start_helper()
                 while True:
                     self._inline_next = None
-                    if step._status is not _CORO or flow.root._status is _CANCELLING:
+                    if step._status is not CORO or flow.root._status is CANCELLING:
                         # Cancelled before its coroutine could start: it never runs.
                         _close_unstarted(step)
-                        if step._status is _CORO:
+                        if step._status is CORO:
                             interrupted = step  # the root's cancel() waits for it: go on now
                         break
                     self._inline = step

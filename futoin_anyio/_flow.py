@@ -32,21 +32,21 @@ from collections.abc import Callable, Coroutine
 from functools import partial
 from inspect import iscoroutine
 from sys import getrefcount
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from anyio import CancelScope, get_cancelled_exc_class
 
 from ._errors import Errors, FutoInError
 from ._frame import (
-    _CANCELLING,
-    _CORO,
-    _DONE,
-    _EXEC,
-    _FAILING,
-    _HANDLER,
     _NO_ARGS,
-    _SUBSTEPS,
-    _WAIT,
+    CANCELLING,
+    CORO,
+    DONE,
+    EXEC,
+    FAILING,
+    HANDLER,
+    SUBSTEPS,
+    WAIT,
     _end_ext,
     _new,
     _own_ext,
@@ -96,6 +96,16 @@ _REUSABLE: type | None = None
 
 logger = logging.getLogger("futoin_anyio")
 
+# What _Flow._unwind (and _step_raised, which unwinds) returns. Plain bools and None, so that a
+# caller on the hot path may test the result for truth: only GO_ON is true.
+#: A handler recovered (``success()`` or ``add()``): the flow goes on.
+GO_ON: Final = True
+#: Nothing recovered: the flow has failed (it is finished), or a handler cancelled the root.
+FAILED: Final = False
+#: The unwinding waits at a parallel step for the coroutine tasks of its cancelled branches to
+#: end; it goes on by itself then.
+PAUSED: Final = None
+
 
 def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
     frame: AsyncSteps = _new(parent.__class__)
@@ -114,7 +124,7 @@ def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
 
 def _on_timeout(frame: AsyncSteps) -> None:
     ext = frame._ext
-    if frame._status is _DONE or ext is None:
+    if frame._status is DONE or ext is None:
         return
     ext.timer = None
     flow = frame._flow
@@ -173,7 +183,7 @@ class _Flow:
         one call and a few checks. A flow often runs only a step or two per call, so the set-up
         binds only what it must (module globals are as fast as locals on CPython 3.11+).
         """
-        if self.finished or self.root._status is _CANCELLING:
+        if self.finished or self.root._status is CANCELLING:
             return budget
         stack = self.stack
         base = stack[0]
@@ -212,7 +222,7 @@ class _Flow:
                         try:
                             args = next(loop.it, None)
                         except Exception as exc:  # a collection changed, a generator raised
-                            if not self._step_raised(exc):
+                            if self._step_raised(exc) is not GO_ON:
                                 return budget
                             if self.interrupt:
                                 self._interrupted()
@@ -229,7 +239,7 @@ class _Flow:
                 else:
                     loop = None
                 if loop is None:
-                    frame._status = _DONE
+                    frame._status = DONE
                     stack.pop()
                     continue
             if spare is None:  # _new_frame(), inlined: this runs for every step
@@ -245,7 +255,7 @@ class _Flow:
             step._parent = frame
             step._onerror = onerror
             step._func = func
-            step._status = _EXEC
+            step._status = EXEC
             stack.append(step)
             budget -= 1
             try:
@@ -262,7 +272,7 @@ class _Flow:
                     res = func(step, *args)
             except BaseException as exc:
                 if not self.interrupt:
-                    if not self._step_raised(exc):
+                    if self._step_raised(exc) is not GO_ON:
                         return budget
                     if not self.interrupt:
                         continue
@@ -272,14 +282,14 @@ class _Flow:
                 self._interrupted()
                 return budget
             st = step._status
-            if st is _EXEC:
+            if st is EXEC:
                 if res is not None and iscoroutine(res):
                     self._start_coroutine(step, res)
                     return budget
                 q = step._queue
                 if q:
                     q.reverse()
-                    step._status = _SUBSTEPS
+                    step._status = SUBSTEPS
                     ext = step._ext
                     if ext is None or ext.loop is None:  # a loop set its iteration's args
                         self.args = _NO_ARGS  # sub-steps start with no arguments (as in JS)
@@ -287,13 +297,13 @@ class _Flow:
                 ext = step._ext
                 if ext is not None:
                     if ext.waiting:
-                        step._status = _WAIT
+                        step._status = WAIT
                         return budget
                     _end_ext(step)
                 self.args = _NO_ARGS
-                step._status = _DONE
+                step._status = DONE
                 stack.pop()
-            elif st is _DONE:
+            elif st is DONE:
                 stack.pop()
                 ext = step._ext
                 if ext is not None:
@@ -310,7 +320,7 @@ class _Flow:
     # -- errors -------------------------------------------------------------------------------
 
     def _step_raised(self, exc: BaseException) -> bool | None:
-        """The top step's callback raised: unwind. ``True`` if the flow goes on."""
+        """The top step's callback raised: unwind. What :meth:`_unwind` returns."""
         state = self.root.state
         if isinstance(exc, FutoInError):
             code = exc.code
@@ -329,34 +339,35 @@ class _Flow:
 
     def throw(self, code: str) -> None:
         """Raise ``code`` at the innermost active step (a timeout, an external error)."""
-        if self.finished or self.root._status is _CANCELLING:
+        if self.finished or self.root._status is CANCELLING:
             return
         top = self.stack[-1]
-        if top._status is _FAILING:
+        if top._status is FAILING:
             # An error is already unwinding through here (waiting for cancelled tasks to end):
             # it will pass every enclosing step, the timed one included.
             return
         ext = top._ext
-        if top._status is _CORO and ext is not None and ext.scope is not None:
+        if top._status is CORO and ext is not None and ext.scope is not None:
             # Let the coroutine's own cleanup finish first: unwinding goes on when its task ends.
             ext.pending = code
             ext.scope.cancel()
             return
-        if self._unwind(code):
+        if self._unwind(code) is GO_ON:
             self.driver._schedule(self)
 
     def throw_at(self, frame: AsyncSteps, code: str) -> None:
         """A deferred external error: applies only if ``frame`` is still the innermost step."""
-        if (not self.finished and self.stack[-1] is frame and frame._status is _FAILING
-                and self._unwind(code)):
+        if (not self.finished and self.stack[-1] is frame and frame._status is FAILING
+                and self._unwind(code) is GO_ON):
             self.driver._schedule(self)
 
     def _unwind(self, code: str) -> bool | None:
         """Unwind from the innermost step outwards.
 
-        ``True`` if a handler recovered, ``False`` if the flow failed, ``None`` if the unwinding
-        waits at a parallel step for the coroutine tasks of its cancelled branches to end (it
-        goes on by itself then, as a task group's exit waits for its children).
+        :data:`GO_ON` if a handler recovered, :data:`FAILED` if the flow failed, :data:`PAUSED`
+        if the unwinding waits at a parallel step for the coroutine tasks of its cancelled
+        branches to end (it goes on by itself then, as a task group's exit waits for its
+        children).
         """
         stack = self.stack
         state = self.root.state
@@ -370,57 +381,57 @@ class _Flow:
                 par = ext.par
                 ext.par = None
                 if par.stop_branches(None, partial(self._resume_unwind, code)):
-                    top._status = _FAILING
-                    return None
+                    top._status = FAILING
+                    return PAUSED
             frame = stack.pop()
-            frame._status = _DONE
+            frame._status = DONE
             frame._queue = None
             if frame._ext is not None:
                 code = self._cancel_frame(frame, code) or code
                 if self._cancelled():  # the cancel handler cancelled the root
-                    return False
+                    return FAILED
             onerror = frame._onerror
             if onerror is None:
                 continue
             parent = frame._parent
             assert parent is not None
-            handler = _new_frame(parent, self, _HANDLER)
+            handler = _new_frame(parent, self, HANDLER)
             handler._func = onerror
             stack.append(handler)
             try:
                 onerror(handler, code)
                 if self._cancelled():  # the handler cancelled the root: nothing else runs
-                    return False
+                    return FAILED
             except FutoInError as exc:
                 if self._cancelled():
-                    return False
+                    return FAILED
                 if state.last_exception is not exc:
                     state.error_info = exc.info
                     state.last_exception = exc
                 code = exc.code
             except Exception as exc:
                 if self._cancelled():
-                    return False
+                    return FAILED
                 code = Errors.InternalError
                 state.error_info = f"{type(exc).__name__}: {exc}"
                 state.last_exception = exc
             else:
-                if handler._status is _DONE:  # success(): go on after the failed step
+                if handler._status is DONE:  # success(): go on after the failed step
                     stack.pop()
                     if handler._ext is not None:
                         _end_ext(handler)  # its stack() clean-ups
-                    return True
+                    return GO_ON
                 if handler._queue:  # add(): its steps run at the failed step's level
                     handler._queue.reverse()
-                    handler._status = _SUBSTEPS
-                    return True
-            handler._status = _DONE
+                    handler._status = SUBSTEPS
+                    return GO_ON
+            handler._status = DONE
             handler._queue = None
             stack.pop()
             if handler._ext is not None:
                 _end_ext(handler)
         self._finish(code)
-        return False
+        return FAILED
 
     def _cancelled(self) -> bool:
         """The root was cancelled by a handler: at once, or when the running step returns."""
@@ -430,9 +441,9 @@ class _Flow:
         return current is not None and current.interrupt and current.root is self.root
 
     def _resume_unwind(self, code: str) -> None:
-        if self.finished or self.root._status is _CANCELLING:
+        if self.finished or self.root._status is CANCELLING:
             return
-        if self._unwind(code):
+        if self._unwind(code) is GO_ON:
             self.driver._schedule(self)
 
     def _cancel_frame(self, frame: AsyncSteps, code: str | None) -> str | None:
@@ -504,13 +515,13 @@ class _Flow:
                                 todo.append(branch)
                         break
                 stack.pop()
-                frame._status = _DONE
+                frame._status = DONE
                 frame._queue = None
                 if ext is not None:
                     self._cancel_frame(frame, None)
             else:
                 todo.pop()
-                stack[0]._status = _DONE
+                stack[0]._status = DONE
                 stack[0]._queue = None  # steps that never ran go now (await_() closes its own)
                 if flow.par is not None:
                     flow._drop_links()
@@ -531,14 +542,14 @@ class _Flow:
         if self.finished:
             return
         root = self.root
-        if root._status is _CANCELLING:
+        if root._status is CANCELLING:
             if wait:
                 return
         elif wait:
             running: list[AsyncSteps] = []
             _running_coroutines(self, running)
             if running:
-                root._status = _CANCELLING
+                root._status = CANCELLING
                 pending = [len(running)]
 
                 def task_ended() -> None:
@@ -573,7 +584,7 @@ class _Flow:
 
     def _finish(self, code: str | None) -> None:
         self.finished = True
-        self.stack[0]._status = _DONE
+        self.stack[0]._status = DONE
         self.stack[0]._queue = None  # steps that never ran (after an error) go now
         self.result_code = code
         par = self.par
@@ -632,7 +643,7 @@ class _Flow:
     # -- coroutine steps --------------------------------------------------------------------------
 
     def _start_coroutine(self, step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> None:
-        step._status = _CORO
+        step._status = CORO
         ext = _own_ext(step)
         ext.coro = coro
         self.driver._start_coroutine(_run_coroutine, step, coro)
@@ -673,7 +684,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     result: Any = None
     driver._task_started()
     try:
-        if step._status is not _CORO or flow.root._status is _CANCELLING:
+        if step._status is not CORO or flow.root._status is CANCELLING:
             # Cancelled before its task could start (the root's cancel() may be waiting for it).
             _close_unstarted(step)
             coro.close()
@@ -715,42 +726,44 @@ def _coroutine_done(step: AsyncSteps, result: Any, error: BaseException | None,
     flow = step._flow
     ext = step._ext
     assert flow is not None and ext is not None
-    if flow.root._status is _CANCELLING:
+    if flow.root._status is CANCELLING:
         return False  # the root's cancel() waited for this coroutine: its cancel handlers run next
     pending = ext.pending
     if pending is not None:  # a timeout or external error waited for this coroutine to end
         ext.pending = None
         if error is None:  # else the coroutine's own error wins, as in a task group
-            if step._status is _CORO and flow.stack[-1] is step:
-                step._status = _WAIT
+            if step._status is CORO and flow.stack[-1] is step:
+                step._status = WAIT
                 return _go_on(flow, flow._unwind(pending), inline)
             return False
-    if step._status is not _CORO or flow.finished:
+    if step._status is not CORO or flow.finished:
         return False  # cancelled (parallel sibling failed, root cancelled): handlers already ran
     if error is not None:
-        step._status = _EXEC
+        step._status = EXEC
         return _go_on(flow, flow._step_raised(error), inline)
     if step._queue:
         step._queue.reverse()
         flow.args = _NO_ARGS
         if result is not None:
-            step._status = _EXEC
+            step._status = EXEC
             return _go_on(flow, flow._step_raised(FutoInError(
                 Errors.InternalError, "an async step returned a result and added sub-steps")),
                 inline)
-        step._status = _SUBSTEPS
+        step._status = SUBSTEPS
     elif ext.waiting and result is None and ext.timer is None and ext.oncancel is None:
-        step._status = _WAIT
+        step._status = WAIT
         return False
     else:
         flow.args = _NO_ARGS if result is None else (result,)
-        step._status = _DONE
+        step._status = DONE
         flow.stack.pop()
         _end_ext(step)
-    return _go_on(flow, True, inline)
+    return _go_on(flow, GO_ON, inline)
 
 
 def _go_on(flow: _Flow, can: bool | None, inline: bool) -> bool:
+    """Go on with ``flow`` if ``can`` is :data:`GO_ON` (a result of ``_unwind``, tested for
+    truth): ``True`` if the caller runs it now (``inline``), else it is scheduled."""
     if not can:
         return False
     if inline:
@@ -770,18 +783,18 @@ def _inline_cancelled(driver: _Driver, step: AsyncSteps) -> None:
     if on_end is not None:
         ext.on_end = None
         on_end()
-    if flow.root._status is _CANCELLING or flow.finished:
+    if flow.root._status is CANCELLING or flow.finished:
         return
     pending = ext.pending
     if pending is None:
         driver._fire_timers()  # the deadline: the timeout's own handler unwinds
-        if step._status is not _CORO or flow.stack[-1] is not step or flow.finished:
+        if step._status is not CORO or flow.stack[-1] is not step or flow.finished:
             return
         pending = Errors.Timeout  # pragma: no cover - the timer and the deadline agree
     ext.pending = None
-    if step._status is _CORO and flow.stack[-1] is step:
-        step._status = _WAIT
-        if flow._unwind(pending):
+    if step._status is CORO and flow.stack[-1] is step:
+        step._status = WAIT
+        if flow._unwind(pending) is GO_ON:
             driver._schedule(flow)
 
 
@@ -862,7 +875,7 @@ def _running_coroutines(flow: _Flow, out: list[AsyncSteps]) -> None:
             ext = frame._ext
             if ext is None:
                 continue
-            if frame._status is _CORO and ext.coro is not None:
+            if frame._status is CORO and ext.coro is not None:
                 out.append(frame)
             par = ext.par
             if par is not None and not par.over:

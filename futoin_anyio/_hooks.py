@@ -10,7 +10,7 @@ from collections.abc import Callable
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from ._frame import _SUBSTEPS, _WAIT, _own_ext
+from ._frame import SUBSTEPS, WAIT, _own_ext
 from ._types import _Item
 
 if TYPE_CHECKING:
@@ -44,12 +44,12 @@ def go_on_with(asi: AsyncSteps, item: _Item, args: tuple[Any, ...]) -> bool:
     with ``args``: the step stays on the stack until that sub-step ends (a primitive's entry
     that waited for its turn). Same thread only. ``False`` (and nothing done) if the step no
     longer waits: an error or a cancellation is about to unwind it."""
-    if asi._status is not _WAIT:
+    if asi._status is not WAIT:
         return False
     flow = asi._flow
     assert flow is not None and not asi._queue
     asi._queue = [item]
-    asi._status = _SUBSTEPS
+    asi._status = SUBSTEPS
     flow.args = args
     flow.driver._schedule(flow)
     return True

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from ._flow import _Flow, _new_frame, _running_coroutines
 from ._frame import (
-    _DONE,
-    _FAILING,
     _NO_ARGS,
-    _SUBSTEPS,
+    DONE,
+    FAILING,
+    SUBSTEPS,
     _end_ext,
     _Ext,
     _internal,
@@ -87,7 +87,7 @@ class ParallelSteps:
         flows = run.flows
         root = flow.root
         for branch in branches:
-            container = _new_frame(asi, flow, _SUBSTEPS)
+            container = _new_frame(asi, flow, SUBSTEPS)
             container._queue = [branch]
             bflow = _Flow(driver, root, [container], run)
             container._flow = bflow
@@ -117,7 +117,7 @@ class _ParallelRun:
         flow = frame._flow
         assert flow is not None and frame._ext is not None
         frame._ext.par = None
-        frame._status = _DONE
+        frame._status = DONE
         flow.stack.pop()
         _end_ext(frame)
         flow.args = _NO_ARGS
@@ -132,7 +132,7 @@ class _ParallelRun:
         parent = frame._flow
         assert parent is not None
         if self.stop_branches(failed, partial(parent._resume_unwind, code)):
-            frame._status = _FAILING  # not completable while its branches' tasks end
+            frame._status = FAILING  # not completable while its branches' tasks end
         else:
             _unwind_later(parent, code)
 

@@ -25,17 +25,17 @@ from ._driver import _EMPTY, BURST
 from ._errors import Errors, FutoInError
 from ._flow import _Flow, _flow_deadline
 from ._frame import (
-    _CORO,
-    _DONE,
-    _EXEC,
-    _FAILING,
-    _HANDLER,
-    _MODEL,
-    _ROOT,
     _STATUS_NAMES,
-    _SUBSTEPS,
-    _WAIT,
     _WAIT_ONLY,
+    CORO,
+    DONE,
+    EXEC,
+    FAILING,
+    HANDLER,
+    MODEL,
+    ROOT,
+    SUBSTEPS,
+    WAIT,
     _end_ext,
     _Ext,
     _internal,
@@ -134,7 +134,7 @@ class AsyncSteps:
         self._func = None
         self._binary = None
         self._started = False
-        self._status = _MODEL
+        self._status = MODEL
 
     @property
     def state(self) -> State:
@@ -154,9 +154,9 @@ class AsyncSteps:
 
         Loop thread (any thread while building a root that has not started)."""
         st = self._status
-        if st is not _EXEC and st is not _MODEL and st is not _HANDLER and st is not _CORO:
+        if st is not EXEC and st is not MODEL and st is not HANDLER and st is not CORO:
             self._misuse("add()")
-        if st is not _MODEL and get_ident() != self._flow.driver._thread:  # type: ignore[union-attr]
+        if st is not MODEL and get_ident() != self._flow.driver._thread:  # type: ignore[union-attr]
             _wrong_thread("add()")
         if not callable(func):
             _internal(f"add(): the step must be callable, got {type(func).__name__}")
@@ -216,12 +216,12 @@ class AsyncSteps:
         Threads: as :meth:`add`."""
         if not isinstance(other, AsyncSteps):
             raise TypeError(f"copy_from() needs an AsyncSteps, got {type(other).__name__}")
-        if other._status is not _MODEL:
+        if other._status is not MODEL:
             _internal("copy_from(): the model must be a root that has not been executed")
         st = self._status
-        if st is not _EXEC and st is not _MODEL and st is not _HANDLER and st is not _CORO:
+        if st is not EXEC and st is not MODEL and st is not HANDLER and st is not CORO:
             self._misuse("copy_from()")
-        if st is not _MODEL and get_ident() != self._flow.driver._thread:  # type: ignore[union-attr]
+        if st is not MODEL and get_ident() != self._flow.driver._thread:  # type: ignore[union-attr]
             _wrong_thread("copy_from()")
         if other._queue:
             q = self._queue
@@ -236,7 +236,7 @@ class AsyncSteps:
 
     def clone(self) -> AsyncSteps:
         """A copy of this model root: its steps and a shallow copy of its state. Any thread."""
-        if self._status is not _MODEL:
+        if self._status is not MODEL:
             _internal("clone(): only a root that has not been executed can be cloned")
         copy = AsyncSteps(State(self.state), self._tool)
         if self._queue:
@@ -254,7 +254,7 @@ class AsyncSteps:
         """``True`` while this step object may be used; ``False`` once out of service. Any
         thread (a snapshot)."""
         st = self._status
-        return st is not _DONE and st is not _SUBSTEPS and st is not _FAILING
+        return st is not DONE and st is not SUBSTEPS and st is not FAILING
 
     @property
     def tool(self) -> AsyncTool | None:
@@ -275,9 +275,9 @@ class AsyncSteps:
         handed to the loop's thread.
         """
         st = self._status
-        if st is _EXEC or st is _HANDLER:
+        if st is EXEC or st is HANDLER:
             if get_ident() != self._flow.driver._thread:  # type: ignore[union-attr]
-                if st is _EXEC and self._ext is not None and self._ext.waiting:
+                if st is EXEC and self._ext is not None and self._ext.waiting:
                     # Handed to another thread before the step returned: done once it waits.
                     self._flow.driver._from_thread(self._external_success, args)  # type: ignore[union-attr]
                     return
@@ -285,15 +285,15 @@ class AsyncSteps:
             if self._queue:
                 _internal("success() after sub-steps were added in the same step")
             self._flow.args = args  # type: ignore[union-attr]
-            self._status = _DONE
-        elif st is _WAIT:
+            self._status = DONE
+        elif st is WAIT:
             driver = self._flow.driver  # type: ignore[union-attr]
             thread = driver._thread
             if thread is not None and get_ident() != thread:
                 driver._from_thread(self._external_success, args)
             else:
                 self._external_success(args)
-        elif st is _CORO:
+        elif st is CORO:
             _internal("success() inside an async step: return the result instead")
         else:
             self._misuse("success()")
@@ -308,14 +308,14 @@ class AsyncSteps:
         return thread is not None and get_ident() != thread
 
     def _external_success(self, args: tuple[Any, ...]) -> None:
-        if self._status is not _WAIT:
+        if self._status is not WAIT:
             # Only reached from another thread (same-thread calls are checked before): the
             # caller is gone, so say it in the log rather than raise into the event loop.
             logger.warning("success() from another thread ignored: the step already ended")
             return
         flow = self._flow
         assert flow is not None
-        self._status = _DONE
+        self._status = DONE
         flow.args = args
         flow.stack.pop()
         if self._ext is not _WAIT_ONLY:  # a step that only waited has nothing to end
@@ -332,18 +332,18 @@ class AsyncSteps:
             code = str(code)
         st = self._status
         exc = FutoInError(code, info)
-        if (st is _EXEC or st is _CORO) and self._ext is not None and self._ext.waiting \
+        if (st is EXEC or st is CORO) and self._ext is not None and self._ext.waiting \
                 and self._foreign_thread():
             self._flow.driver._from_thread(self._external_error, exc)  # type: ignore[union-attr]
             raise exc
-        if st is _EXEC or st is _HANDLER or st is _CORO:
+        if st is EXEC or st is HANDLER or st is CORO:
             if self._foreign_thread():
                 _wrong_thread("error() of a step that does not wait for an external event")
             state = self.state
             state.error_info = info
             state.last_exception = exc
             raise exc
-        if st is _WAIT:
+        if st is WAIT:
             if self._foreign_thread():
                 self._flow.driver._from_thread(self._external_error, exc)  # type: ignore[union-attr]
             else:
@@ -352,7 +352,7 @@ class AsyncSteps:
         self._misuse("error()")
 
     def _external_error(self, exc: FutoInError) -> None:
-        if self._status is not _WAIT:
+        if self._status is not WAIT:
             logger.warning("error(%r) from another thread ignored: the step already ended",
                            exc.code)
             return
@@ -365,7 +365,7 @@ class AsyncSteps:
             flow.throw(exc.code)
         else:
             # A step of this driver is running: unwind when it is done, never re-entrantly.
-            self._status = _FAILING  # still the top frame, no longer completable from outside
+            self._status = FAILING  # still the top frame, no longer completable from outside
             flow.driver._soon(flow.throw_at, self, exc.code)
 
     def set_timeout(self, timeout_ms: float) -> None:
@@ -374,7 +374,7 @@ class AsyncSteps:
         Disables the implicit success; calling it again replaces the limit. Loop thread.
         """
         st = self._status
-        if st is not _EXEC and st is not _CORO:
+        if st is not EXEC and st is not CORO:
             self._misuse("set_timeout()")
         if self._foreign_thread():
             _wrong_thread("set_timeout()")
@@ -401,7 +401,7 @@ class AsyncSteps:
 
         Loop thread."""
         st = self._status
-        if st is not _EXEC and st is not _CORO:
+        if st is not EXEC and st is not CORO:
             self._misuse("set_cancel()")
         if self._foreign_thread():
             _wrong_thread("set_cancel()")
@@ -416,7 +416,7 @@ class AsyncSteps:
 
         Loop thread (call it before handing the step to another thread)."""
         st = self._status
-        if st is not _EXEC and st is not _CORO:
+        if st is not EXEC and st is not CORO:
             self._misuse("wait_external()")
         if self._foreign_thread():
             _wrong_thread("wait_external()")
@@ -434,7 +434,7 @@ class AsyncSteps:
         ``cleanup(obj)``, if given, is called exactly once when the step ends. Loop thread.
         """
         st = self._status
-        if st is not _EXEC and st is not _CORO and st is not _HANDLER:
+        if st is not EXEC and st is not CORO and st is not HANDLER:
             self._misuse("stack()")
         if self._foreign_thread():
             _wrong_thread("stack()")
@@ -498,7 +498,7 @@ class AsyncSteps:
 
     def _loop_signal(self, code: str, label: str | None) -> None:
         st = self._status
-        if st is not _EXEC and st is not _HANDLER and st is not _CORO:
+        if st is not EXEC and st is not HANDLER and st is not CORO:
             self._misuse("break_loop()" if code == Errors.LoopBreak else "continue_loop()")
         if self._foreign_thread():
             _wrong_thread("break_loop()" if code == Errors.LoopBreak else "continue_loop()")
@@ -520,7 +520,7 @@ class AsyncSteps:
         ``futoin_anyio`` logger; it never breaks the tool. On the AsyncTool's loop thread (else
         ``RuntimeError``).
         """
-        if self._status is not _MODEL or self._parent is not None:
+        if self._status is not MODEL or self._parent is not None:
             self._check_startable("execute()")
         tool = self._tool or current_tool()
         if tool is None or tool._thread != get_ident() or (tool._closing and tool._tg is None):
@@ -529,7 +529,7 @@ class AsyncSteps:
             raise TypeError("execute(): unhandled_error must be callable")
         # The flow is made when the root first runs: a root that runs to its end in one burst
         # then leaves no long-lived objects behind for the garbage collector to scan.
-        self._status = _ROOT
+        self._status = ROOT
         self._started = True
         self._tool = tool
         self._unhandled = unhandled_error
@@ -546,7 +546,7 @@ class AsyncSteps:
 
     def _go(self, budget: int) -> int:
         """First run of a root started with ``execute()`` (called by its AsyncTool)."""
-        if self._status is not _ROOT or self._flow is not None:
+        if self._status is not ROOT or self._flow is not None:
             return budget  # cancelled before it could start
         q = self._queue
         if q:
@@ -642,9 +642,9 @@ class AsyncSteps:
                 tool._from_thread(self.cancel)
             return
         if flow is None:
-            if self._status is _ROOT and self._tool is not None:  # executed, not started yet
+            if self._status is ROOT and self._tool is not None:  # executed, not started yet
                 self._tool._roots.discard(self)
-            self._status = _DONE  # nothing ran: nothing to cancel, and it will not run
+            self._status = DONE  # nothing ran: nothing to cancel, and it will not run
             return
         if flow.finished:
             return
@@ -677,7 +677,7 @@ class AsyncSteps:
     def _check_startable(self, what: str) -> None:
         if self._parent is not None:
             _internal(f"{what} can only be called on a root AsyncSteps, not on a step")
-        if self._status is not _MODEL:
+        if self._status is not MODEL:
             if not self._started:
                 _internal(f"{what}: the root was cancelled before it started")
             _internal(f"{what}: this root was already started")
@@ -687,7 +687,7 @@ class AsyncSteps:
             self._queue.reverse()
         flow = _Flow(driver, self, [self], None)
         self._flow = flow
-        self._status = _ROOT
+        self._status = ROOT
         self._started = True
         return flow
 
@@ -702,19 +702,19 @@ class AsyncSteps:
 
     def _misuse(self, what: str) -> NoReturn:
         st = self._status
-        if st is _SUBSTEPS:
+        if st is SUBSTEPS:
             _internal(f"{what}: this step's callback has returned and its sub-steps are running; "
                       "the step object is no longer executing")
-        if st is _DONE:
+        if st is DONE:
             hint = ""
             if what == "success()" or what == "error()":
                 hint = ("; note that a step completes by itself when its callback returns "
                         "without sub-steps, wait_external(), set_cancel() or set_timeout()")
             _internal(f"{what}: the step object is out of service "
                       f"(completed, failed or cancelled){hint}")
-        if st is _ROOT:
+        if st is ROOT:
             _internal(f"{what}: the root is executing; call it on the step's own asi")
-        if st is _MODEL:
+        if st is MODEL:
             _internal(f"{what} can only be called inside an executing step")
         _internal(f"{what} is not allowed while the step is {_STATUS_NAMES[st]}")
 
