@@ -77,7 +77,7 @@ _foreign = Lock()
 
 
 #: The timer heap may hold this many entries of cancelled timers beyond twice the scheduled
-#: count before it is rebuilt without them (see :meth:`AsyncTool._push_timer`).
+#: count before it is rebuilt without them (see :meth:`_Driver._push_timer`).
 _PRUNE_SLACK = 64
 
 
@@ -783,7 +783,7 @@ async def _await(body: Coroutine[Any, Any, None]) -> None:
 
 
 class _RawTask:
-    """A task of :meth:`AsyncTool._spawn`: its cancel scope once it runs, and its asyncio task
+    """A task of :meth:`_Driver._spawn`: its cancel scope once it runs, and its asyncio task
     (held here: asyncio keeps only weak references to tasks)."""
 
     __slots__ = ("cancelled", "scope", "task")
