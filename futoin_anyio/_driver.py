@@ -75,7 +75,6 @@ _EMPTY: Any = ()
 #: Guards the hand-over of ``immediate()`` calls from other threads (rare: one lock for all).
 _foreign = Lock()
 
-
 #: The timer heap may hold this many entries of cancelled timers beyond twice the scheduled
 #: count before it is rebuilt without them (see :meth:`_Driver._push_timer`).
 _PRUNE_SLACK = 64

@@ -24,7 +24,7 @@ from ._driver import Handle, _Driver, _foreign, _unwrap_group
 from ._errors import Errors, FutoInError
 from ._frame import _internal
 
-__all__ = ("AsyncTool", "AsyncToolStatistics", "Handle", "current_tool")
+__all__ = ("AsyncTool", "AsyncToolStatistics", "Handle")
 
 _new_handle = object.__new__
 
