@@ -1,6 +1,5 @@
 """FutoIn AsyncSteps (FTN12 v1.14) native to AnyIO and Trio structured concurrency."""
 
-from ._engine import AsyncSteps as AsyncSteps
 from ._errors import Errors as Errors
 from ._errors import FutoInError as FutoInError
 from ._limiter import Limiter as Limiter
@@ -9,6 +8,7 @@ from ._mutex import Mutex as Mutex
 from ._mutex import MutexStatistics as MutexStatistics
 from ._parallel import ParallelSteps as ParallelSteps
 from ._state import State as State
+from ._steps import AsyncSteps as AsyncSteps
 from ._throttle import Throttle as Throttle
 from ._throttle import ThrottleStatistics as ThrottleStatistics
 from ._tool import AsyncTool as AsyncTool

@@ -4,33 +4,38 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from ._errors import Errors, FutoInError
 
 if TYPE_CHECKING:
     from anyio import CancelScope
 
-    from ._engine import AsyncSteps
+    from ._driver import Handle
     from ._loops import _LoopRun
     from ._parallel import _ParallelRun
-    from ._tool import Handle
+    from ._steps import AsyncSteps
     from ._types import CancelHandler
 
 logger = logging.getLogger("futoin_anyio")
 
-# Step object status. A step is "in service" (usable) while MODEL, EXEC, HANDLER, WAIT, CORO or
-# ROOT; the engine checks the status on every API call.
-_MODEL = 0  # a root not executed yet: add() builds level 0
-_EXEC = 1  # its execute callback is running
-_HANDLER = 2  # its error handler is running (a fresh object in the failed step's place)
-_SUBSTEPS = 3  # its callback returned, its sub-steps run
-_WAIT = 4  # waiting for an external success()/error(), a timeout or a cancel
-_CORO = 5  # an async def step (or await_) is running: awaited inline, or as a task
-_ROOT = 6  # a root that is executing
-_DONE = 7  # out of service
-_FAILING = 8  # failed by an external error() that is about to unwind it
-_CANCELLING = 9  # a root whose cancel() waits for its coroutine tasks to end
+# Step object statuses (``AsyncSteps._status``), compared by identity on the hot path. A step
+# object is "in service" (``bool(asi)`` is true) in every status but SUBSTEPS, DONE and FAILING;
+# each API method checks the status it needs.
+MODEL: Final = 0  # a root not executed yet: add() builds level 0
+EXEC: Final = 1  # its execute callback is running
+HANDLER: Final = 2  # its error handler is running (a fresh object in the failed step's place)
+SUBSTEPS: Final = 3  # its callback returned, its sub-steps run
+WAIT: Final = 4  # waiting for an external success()/error(), a timeout or a cancel
+CORO: Final = 5  # an async def step (or await_) is running: awaited inline, or as a task
+ROOT: Final = 6  # a root that is executing
+DONE: Final = 7  # out of service: completed, failed or cancelled
+# Failing: failed by an external error() that unwinds it once the running step returns; or a
+# parallel step whose unwinding waits for the coroutine tasks of its cancelled branches to end.
+FAILING: Final = 8
+# A root whose cancel() waits for its coroutine tasks to end (still in service: its steps' cancel
+# handlers have not run yet).
+CANCELLING: Final = 9
 
 _STATUS_NAMES = ("model", "executing", "in error handler", "running sub-steps", "waiting",
                  "awaiting", "running root", "out of service", "failing", "cancelling")
@@ -93,6 +98,12 @@ def _own_ext(frame: AsyncSteps) -> _Ext:
 
 def _internal(message: str) -> NoReturn:
     raise FutoInError(Errors.InternalError, message)
+
+
+def _wrong_thread(what: str) -> NoReturn:
+    raise RuntimeError(
+        f"{what} must be called on the event loop's thread; from another thread only success() "
+        "and error() of a step waiting for an external event and cancel() of a root are allowed")
 
 
 def _end_ext(frame: AsyncSteps) -> None:

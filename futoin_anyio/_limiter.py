@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, final
 
-from ._engine import AsyncSteps
 from ._mutex import Mutex
+from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
     check_period,

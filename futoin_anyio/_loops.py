@@ -10,7 +10,8 @@ from ._errors import Errors
 from ._frame import _NO_ARGS, _Ext
 
 if TYPE_CHECKING:
-    from ._engine import AsyncSteps, _Flow
+    from ._flow import _Flow
+    from ._steps import AsyncSteps
     from ._types import ErrorHandler, StepFunc
 
 _LOOP, _REPEAT, _FOR_EACH = range(3)

@@ -9,14 +9,24 @@ from functools import partial
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
-from ._engine import _Flow, _new_frame, _wrong_thread
-from ._frame import _CORO, _DONE, _FAILING, _NO_ARGS, _SUBSTEPS, _end_ext, _Ext, _internal, _new
+from ._flow import _Flow, _new_frame, _running_coroutines
+from ._frame import (
+    _NO_ARGS,
+    DONE,
+    FAILING,
+    SUBSTEPS,
+    _end_ext,
+    _Ext,
+    _internal,
+    _new,
+    _wrong_thread,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from ._engine import AsyncSteps
     from ._state import State
+    from ._steps import AsyncSteps
     from ._types import ErrorHandler, ISync, StepFunc
 
 __all__ = ("ParallelSteps",)
@@ -77,7 +87,7 @@ class ParallelSteps:
         flows = run.flows
         root = flow.root
         for branch in branches:
-            container = _new_frame(asi, flow, _SUBSTEPS)
+            container = _new_frame(asi, flow, SUBSTEPS)
             container._queue = [branch]
             bflow = _Flow(driver, root, [container], run)
             container._flow = bflow
@@ -107,7 +117,7 @@ class _ParallelRun:
         flow = frame._flow
         assert flow is not None and frame._ext is not None
         frame._ext.par = None
-        frame._status = _DONE
+        frame._status = DONE
         flow.stack.pop()
         _end_ext(frame)
         flow.args = _NO_ARGS
@@ -122,7 +132,7 @@ class _ParallelRun:
         parent = frame._flow
         assert parent is not None
         if self.stop_branches(failed, partial(parent._resume_unwind, code)):
-            frame._status = _FAILING  # not completable while its branches' tasks end
+            frame._status = FAILING  # not completable while its branches' tasks end
         else:
             _unwind_later(parent, code)
 
@@ -183,21 +193,6 @@ def _unwind_later(parent: _Flow, code: str) -> None:
     finally:
         _unwinding.chain = None
 
-
-def _running_coroutines(flow: _Flow, out: list[AsyncSteps]) -> None:
-    """Collect the coroutine steps of ``flow`` and of the parallel branches nested in it (an
-    explicit list of flows, not recursion: any depth of nesting)."""
-    todo = [flow]
-    while todo:
-        for frame in todo.pop().stack:
-            ext = frame._ext
-            if ext is None:
-                continue
-            if frame._status is _CORO and ext.coro is not None:
-                out.append(frame)
-            par = ext.par
-            if par is not None and not par.over:
-                todo.extend(branch for branch in par.flows if not branch.finished)
 
 
 class _SyncStep:

@@ -10,7 +10,7 @@ from typing import Any, final
 from anyio import Event, current_time, move_on_at
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
-from ._engine import AsyncSteps
+from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
     check_period,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, TypeAlias, runtime_checkable
 
 if TYPE_CHECKING:
-    from ._engine import AsyncSteps
+    from ._steps import AsyncSteps
 
 __all__ = ("CancelHandler", "ErrorHandler", "ISync", "StepFunc")
 

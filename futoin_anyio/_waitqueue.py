@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final, Generic, TypeVar
 from ._errors import Errors, FutoInError
 
 if TYPE_CHECKING:
-    from ._engine import AsyncSteps
+    from ._steps import AsyncSteps
 
 __all__ = ("DONE", "HELD", "NEW", "QUEUED", "WaitQueue", "state_name")
 

@@ -275,7 +275,7 @@ async def test_new_instance_execute_free_and_use_after_free(c: ModuleType) -> No
 
 
 def _root_id(asi: Any) -> int:
-    from futoin_anyio._engine import root_id
+    from futoin_anyio._hooks import root_id
 
     return root_id(asi)
 

@@ -237,7 +237,7 @@ class TestTiming:
 
     async def test_timer_moves_when_its_host_is_cancelled(self) -> None:
         """The period timer runs in a waiting flow's driver; if that flow goes, it moves."""
-        from futoin_anyio._engine import root_id
+        from futoin_anyio._hooks import root_id
 
         throttle = Throttle(1, 100)
         times: list[float] = []

@@ -41,10 +41,10 @@ except ImportError as exc:  # pragma: no cover - only without the compiled exten
         "`python ffi/build.py` in a source checkout"
     ) from exc
 
-from .. import _engine
+from .. import _hooks
 from . import _bridge
 
-_engine.register_binary(_bridge)
+_hooks.register_binary(_bridge)
 
 __all__ = (
     "MAX_ARGS",

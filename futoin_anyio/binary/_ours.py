@@ -12,7 +12,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, final
 
-from .._frame import _CORO, _EXEC, _HANDLER
+from .._frame import CORO, EXEC, HANDLER
+from .._hooks import flow_key
 from . import _bridge, _sync
 from ._ffi import ffi, lib
 from ._trampolines import (
@@ -297,7 +298,7 @@ def _stack_cleanup(cleanup: Any) -> Callable[[Any], None]:
 
 def _executing(asi: Any) -> bool:
     st = asi._status
-    return st is _EXEC or st is _HANDLER or st is _CORO
+    return st is EXEC or st is HANDLER or st is CORO
 
 
 def _release_kept(kept: list[tuple[Any, Any]]) -> None:
@@ -421,8 +422,6 @@ def _root_of(b: _Binding) -> Any:
 
 def _flow_id(asi: Any) -> int:
     """rootId: one per sequential flow, so each parallel branch has its own (spec 1.11.4)."""
-    from .._engine import flow_key
-
     return id(flow_key(asi))
 
 

@@ -11,8 +11,9 @@ from typing import Any, final
 from anyio import CancelScope, get_cancelled_exc_class
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
-from .._engine import AsyncSteps, flow_key, go_on_with, on_exit
 from .._errors import Errors, FutoInError
+from .._hooks import flow_key, go_on_with, on_exit
+from .._steps import AsyncSteps
 from .._sync_common import (
     check_count,
     check_period,

@@ -29,7 +29,7 @@ import anyio
 import trio.testing
 
 from futoin_anyio import AsyncSteps, Errors, FutoInError
-from futoin_anyio._engine import flow_key
+from futoin_anyio._hooks import flow_key
 
 from .program import (
     LIMIT,

@@ -1,0 +1,848 @@
+"""The driver under :class:`~futoin_anyio.AsyncTool`: run queue, timers, tasks, thread hand-off.
+
+One driver is a single coroutine that runs many flows (roots and parallel branches) as plain
+function calls, keeps their timers in one heap, and yields to the event loop about every
+:data:`BURST` steps. ``await asi.promise()`` runs a private one in the calling task (``_loop``,
+``_drive``); ``async with AsyncTool()`` runs a shared one in its own task (``_serve``).
+
+Coroutine steps of a ``promise()`` root's own flow are awaited by the driver itself, in the
+calling task (*inline*, ``_run_inline``), inside one cancel scope shared by consecutive coroutine
+steps: its deadline is the nearest ``set_timeout()`` of the flow. Whatever else needs the driver
+meanwhile (a callback, a timer, another flow) is served by a helper task started only then.
+Coroutine steps of concurrent flows (parallel branches, roots of a public AsyncTool) run as tasks
+of their own, in the driver's task group, which is opened the first time one is needed.
+
+:class:`_Driver` holds the state (all the slots) and this machinery; ``AsyncTool`` (``_tool``)
+adds the public methods on top.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from asyncio import Future as _asyncio_future_type
+from asyncio import _get_running_loop as _running_asyncio_loop
+from collections import deque
+from collections.abc import Callable, Coroutine
+from contextvars import copy_context
+from heapq import heapify, heappop, heappush
+from threading import Lock, get_ident
+from typing import TYPE_CHECKING, Any, final
+
+import anyio
+from anyio import CancelScope, create_task_group, get_cancelled_exc_class, sleep_forever
+from anyio.abc import TaskGroup
+from anyio.lowlevel import checkpoint
+
+from ._errors import Errors, FutoInError
+from ._flow import (
+    _await_step,
+    _close_unstarted,
+    _coroutine_done,
+    _flow_deadline,
+    _inline_cancelled,
+    _on_timeout,
+    scope_class,
+)
+from ._frame import CANCELLING, CORO
+
+_sniffio: Any
+try:
+    import sniffio as _sniffio
+except ImportError:  # pragma: no cover - trio depends on it; AnyIO alone does not
+    _sniffio = None
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
+if TYPE_CHECKING:
+    from ._flow import _Flow
+    from ._steps import AsyncSteps
+
+__all__ = ("BURST", "Handle")
+
+logger = logging.getLogger("futoin_anyio")
+
+#: Steps (and immediate callbacks) a driver runs before it yields to the event loop.
+BURST = 100
+
+_CoroRunner = Callable[..., Coroutine[Any, Any, None]]
+
+#: The value of a driver's container that was never needed: empty, falsy, iterable, and never
+#: written to (the writers make the real container first).
+_EMPTY: Any = ()
+
+#: Guards the hand-over of ``immediate()`` calls from other threads (rare: one lock for all).
+_foreign = Lock()
+
+#: The timer heap may hold this many entries of cancelled timers beyond twice the scheduled
+#: count before it is rebuilt without them (see :meth:`_Driver._push_timer`).
+_PRUNE_SLACK = 64
+
+
+def _gone() -> None:
+    """The callback of a handle that ran or was cancelled: what it held is let go at once."""
+
+
+@final
+class Handle:
+    """A callback scheduled by :meth:`AsyncTool.immediate` or :meth:`AsyncTool.deferred`."""
+
+    __slots__ = ("_args", "_func", "_tool")
+
+    _tool: _Driver | None
+    _func: Callable[..., object]
+    _args: tuple[Any, ...]
+
+    @classmethod
+    def _create(cls, tool: _Driver, func: Callable[..., object], args: tuple[Any, ...]) -> Handle:
+        handle = cls.__new__(cls)
+        handle._func = func
+        handle._args = args
+        handle._tool = tool
+        return handle
+
+    def cancel(self) -> None:
+        """Cancel the callback; a no-op if it already ran or was cancelled. Any thread.
+
+        The callback and its arguments are let go at once (on the loop's thread; from another
+        thread, as soon as the loop's thread takes the cancel in)."""
+        tool = self._tool
+        if tool is not None:
+            self._tool = None
+            thread = tool._thread
+            if thread is None or get_ident() == thread:
+                tool._pending -= 1
+                self._func = _gone
+                self._args = ()
+                if len(tool._timers) > 2 * tool._pending + _PRUNE_SLACK:
+                    tool._prune_timers()
+            elif not tool._exited:  # the count and what the handle holds: the loop thread's
+                tool._from_thread(tool._uncount, self, raw=True)
+
+    def is_valid(self) -> bool:
+        """``True`` while the callback is still scheduled. Any thread (a snapshot)."""
+        return self._tool is not None
+
+    def __bool__(self) -> bool:
+        return self._tool is not None
+
+    def __repr__(self) -> str:
+        func = self._func
+        if func is _gone:
+            return "<Handle done>"
+        state = "scheduled" if self._tool is not None else "done"
+        return f"<Handle {getattr(func, '__qualname__', func)!r} {state}>"
+
+
+class _Driver:
+    """The driver's state and machinery; :class:`~futoin_anyio.AsyncTool` is the one subclass."""
+
+    __slots__ = (
+        "_closing",
+        "_coro_tasks",
+        "_ctx_token",
+        "_current",
+        "_exited",
+        "_fatal",
+        "_helper",
+        "_helper_ended",
+        "_inflight",
+        "_inline",
+        "_inline_next",
+        "_inline_scope",
+        "_library",
+        "_main",
+        "_need_tg",
+        "_pending",
+        "_pending_coros",
+        "_public",
+        "_raw_idle",
+        "_raw_tasks",
+        "_ready",
+        "_roots",
+        "_seq",
+        "_sleep_scope",
+        "_slept",
+        "_tasks_idle",
+        "_tg",
+        "_thread",
+        "_threadsafe",
+        "_timers",
+    )
+
+    def _init(self) -> None:
+        # Flows that can go on and immediate callbacks, in one FIFO (as the reference's single
+        # immediate queue orders them).
+        # These four containers are made when first needed (see _EMPTY): most promise() drivers
+        # never need them, and a blocked root should hold little more than a blocked task.
+        self._ready: deque[_Flow | AsyncSteps | Handle] = _EMPTY
+        self._timers: list[tuple[float, int, Handle]] = _EMPTY
+        self._seq = 0
+        self._pending = 0  # scheduled handles not yet run or cancelled
+        # What the driver sleeps on, while it sleeps: the task it parked (trio), the future it
+        # awaits (asyncio), or a cancel scope with the nearest timer as its deadline.
+        self._sleep_scope: Any = None
+        self._thread: int | None = None
+        # The running asyncio loop, or trio's token: both offer a non-blocking hand-off to the
+        # loop's thread from any thread. Kept as is (no bound method per driver).
+        self._threadsafe: Any = None
+        self._tg: TaskGroup | None = None
+        self._need_tg = False
+        self._pending_coros: list[tuple[_CoroRunner, tuple[Any, ...]]] = _EMPTY
+        self._coro_tasks = 0
+        self._tasks_idle: anyio.Event | None = None
+        self._roots: set[AsyncSteps] = _EMPTY  # started with execute() and not finished
+        self._current: _Flow | None = None
+        self._closing = False
+        self._exited = False  # the block (or promise()) is over: nothing can be scheduled
+        self._inflight = 0  # immediate() calls of other threads not yet adopted (under _foreign)
+        self._fatal: BaseException | None = None
+        self._ctx_token: Any = None
+        # Inline coroutine steps (promise() only): the flow they belong to, the step whose
+        # coroutine is being awaited, the next one to await, the scope they share, and whether a
+        # helper task serves the driver's other work meanwhile.
+        self._main: _Flow | None = None
+        self._inline: AsyncSteps | None = None
+        self._inline_next: AsyncSteps | None = None
+        self._inline_scope: CancelScope | None = None
+        self._helper = False
+        self._helper_ended: anyio.Event | None = None
+        # Tasks started outside any task group while the caller awaits inline (see _spawn): their
+        # cancel scopes, each with its task (asyncio keeps only weak references to tasks).
+        self._raw_tasks: set[_RawTask] = _EMPTY
+        self._raw_idle: anyio.Event | None = None
+        self._slept = False  # the driver yielded to the event loop (promise(): see there)
+        self._library = "asyncio"  # the AnyIO backend's name, known once bound
+
+    # -- driver ---------------------------------------------------------------------------------
+
+    def _bind(self) -> None:
+        """Bind to the running event loop and its thread (called on that thread)."""
+        self._thread = get_ident()
+        # asyncio's loop.call_soon_threadsafe(), trio's token.run_sync_soon(): non-blocking and
+        # safe from any thread. Found directly, as AnyIO's current_token() costs ~10 us, and a
+        # promise() driver binds every time.
+        loop = _running_asyncio_loop()
+        if loop is not None:
+            self._threadsafe = loop
+            self._library = "asyncio"
+        else:
+            import trio
+
+            self._threadsafe = trio.lowlevel.current_trio_token()
+            self._library = "trio"
+
+    def _from_thread(self, func: Callable[..., object], *args: Any, raw: bool = False) -> None:
+        """Run ``func(*args)`` in the driver, called from another thread. It runs as a callback
+        of the driver's own task: the user code it leads to (handlers...) runs inside a task,
+        where AnyIO works (an asyncio loop callback has no current task). ``raw``: in the loop
+        callback itself (the hand-over's own bookkeeping, no user code)."""
+        target = self._threadsafe
+        assert target is not None
+        call = (lambda: func(*args)) if raw else (lambda: self._soon(func, *args))
+        try:
+            if self._library == "asyncio":
+                target.call_soon_threadsafe(call)
+            else:
+                target.run_sync_soon(call)
+        except RuntimeError as err:  # the loop is closed or closing
+            raise FutoInError(
+                Errors.InternalError, f"the event loop is no longer running: {err}"
+            ) from err
+
+    def _adopt_immediate(self, handle: Handle) -> None:
+        with _foreign:
+            self._inflight -= 1
+        if self._exited:
+            handle._tool = None  # handed over as the tool exited: it will never run
+            handle._func = _gone
+            handle._args = ()
+            return
+        # Counted even if already cancelled: the cancel() decremented it (on this thread), or
+        # its _uncount() will (handed over after this call, so run after it).
+        self._pending += 1
+        if handle._tool is self:
+            self._ready_queue().append(handle)
+        self._wake()
+
+    def _uncount(self, handle: Handle) -> None:
+        """``handle`` was cancelled on another thread (see :meth:`Handle.cancel`).
+
+        The loop thread lets a handle's callback go whenever it runs or cancels it, and counts
+        it then: a callback still held means that nothing here counted this handle's end yet
+        (the cancel won the race with the run), so the count stays exact."""
+        if handle._func is _gone:
+            return
+        handle._func = _gone
+        handle._args = ()
+        if not self._exited:
+            self._pending -= 1
+            if len(self._timers) > 2 * self._pending + _PRUNE_SLACK:
+                self._prune_timers()
+            self._wake()
+
+    def _soon(self, func: Callable[..., object], *args: Any) -> None:
+        """Run ``func(*args)`` in the driver soon (engine-internal; loop thread only)."""
+        if self._exited:
+            return  # e.g. a coroutine task that ends after its driver dropped everything
+        handle = Handle._create(self, func, args)
+        self._pending += 1
+        self._ready_queue().append(handle)
+        self._wake()
+
+    def _call_later(self, delay_s: float, func: Callable[..., object], *args: Any) -> Handle:
+        handle = Handle._create(self, func, args)
+        self._push_timer(anyio.current_time() + delay_s, handle, True)
+        return handle
+
+    def _call_timeout(self, delay_s: float, frame: AsyncSteps) -> tuple[Handle, float]:
+        """The timer of ``set_timeout()`` on ``frame``: its handle and its deadline.
+
+        While the driver awaits a coroutine of ``frame``'s flow inline, the shared scope's
+        deadline covers it (the caller updates it): no helper task is started for it.
+        """
+        handle = Handle._create(self, _on_timeout, (frame,))
+        deadline = anyio.current_time() + delay_s
+        inline = self._inline
+        self._push_timer(deadline, handle, inline is None or inline._flow is not frame._flow)
+        return handle, deadline
+
+    def _push_timer(self, deadline: float, handle: Handle, wake: bool) -> None:
+        self._pending += 1
+        self._seq += 1
+        timers = self._timers
+        if timers is _EMPTY:
+            timers = self._timers = []
+        elif len(timers) > 2 * self._pending + _PRUNE_SLACK:
+            self._prune_timers()
+        if wake and (not timers or deadline < timers[0][0] or self._inline is not None):
+            self._wake()
+        heappush(timers, (deadline, self._seq, handle))
+
+    def _ready_queue(self) -> deque[_Flow | AsyncSteps | Handle]:
+        ready = self._ready
+        if ready is _EMPTY:
+            ready = self._ready = deque()
+        return ready
+
+    def _schedule(self, flow: _Flow) -> None:
+        """Put a flow that can go on into the run queue."""
+        if not flow.queued:
+            flow.queued = True
+            ready = self._ready
+            if ready is _EMPTY:
+                ready = self._ready = deque()
+            ready.append(flow)
+            if self._sleep_scope is not None or self._inline is not None:
+                self._wake()
+
+    def _wake(self) -> None:
+        """Let the driver see new work: wake it if it sleeps; if it awaits a coroutine step
+        inline, start the helper task that serves everything else meanwhile."""
+        sleeper = self._sleep_scope
+        if sleeper is not None:
+            self._sleep_scope = None
+            kind = type(sleeper)
+            if kind is _Future:
+                if not sleeper.done():
+                    sleeper.set_result(None)
+            elif kind is _trio_task_type():
+                _trio_reschedule(sleeper)
+            else:
+                sleeper.cancel()
+        elif self._inline is not None and not self._helper:
+            self._start_helper()
+
+    def _start_coroutine(self, runner: _CoroRunner, step: AsyncSteps, coro: Any) -> None:
+        """Run the coroutine of ``step``: inline when it belongs to this ``promise()``'s own
+        flow and nothing is awaited inline yet, else as a task named after the step function."""
+        if step._flow is self._main and self._inline is None and self._inline_next is None:
+            self._inline_next = step
+            return
+        tg = self._tg
+        if tg is not None:
+            tg.start_soon(runner, step, coro, name=_task_name(step))
+        elif self._inline_scope is not None:
+            # The caller is awaiting a coroutine step inline: no task group can be opened in its
+            # task now, and this coroutine may be what the inline one waits for.
+            self._spawn(runner, (step, coro), _task_name(step))
+        else:
+            if self._pending_coros is _EMPTY:
+                self._pending_coros = []
+            self._pending_coros.append((runner, (step, coro)))
+            self._need_tg = True
+            self._wake()
+
+    def _tick(self) -> None:
+        """Run ready flows and callbacks, in FIFO order, for one burst of :data:`BURST` steps.
+
+        A callback that a flow schedules (or a flow that a callback wakes) runs in the same
+        burst, without a round-trip through the event loop.
+        """
+        budget = BURST
+        ready = self._ready
+        while ready and budget > 0:
+            item = ready.popleft()
+            if type(item) is Handle:
+                budget -= 1
+                if item._tool is None:
+                    continue
+                item._tool = None
+                self._pending -= 1
+                _run_callback(item)
+            else:  # a flow, or a root started with execute() that has not run yet
+                try:
+                    budget = item._go(budget)
+                finally:
+                    self._current = None
+        if self._timers:
+            self._fire_timers()
+
+    def _fire_timers(self) -> None:
+        timers = self._timers
+        now = anyio.current_time()
+        while timers and timers[0][0] <= now:
+            handle = heappop(timers)[2]
+            if handle._tool is None:
+                continue
+            handle._tool = None
+            self._pending -= 1
+            _run_callback(handle)
+
+    def _next_deadline(self) -> float:
+        timers = self._timers
+        if len(timers) > 2 * self._pending + _PRUNE_SLACK:
+            self._prune_timers()
+        while timers and timers[0][2]._tool is None:
+            heappop(timers)
+        return timers[0][0] if timers else math.inf
+
+    def _prune_timers(self) -> None:
+        """Rebuild the timer heap without the entries of cancelled timers.
+
+        A cancelled timer's entry stays in the heap (finding it would cost O(n)), holding only
+        its emptied handle, until its deadline comes up or until this runs: when a cancel, a
+        push or the driver going idle finds the heap longer than twice the scheduled count plus
+        :data:`_PRUNE_SLACK`. Live timers are at most the scheduled count, so then cancelled
+        entries outnumber live ones, and each entry a rebuild drops was pushed once: amortised
+        O(1) per timer, and the heap never holds many more entries than live handles. The
+        scheduled count is exact on the loop's thread (cancels from other threads reach it
+        through :meth:`_uncount`), so no second count has to be kept right across threads. In
+        place: a caller (``_fire_timers``) may hold the list.
+        """
+        timers = self._timers
+        timers[:] = [entry for entry in timers if entry[2]._tool is not None]
+        heapify(timers)
+
+    async def _idle(self) -> None:
+        """Sleep until woken (a flow or callback became ready) or the nearest timer is due."""
+        with CancelScope(deadline=self._next_deadline()) as scope:
+            self._sleep_scope = scope
+            await sleep_forever()
+        if self._sleep_scope is scope:
+            self._sleep_scope = None
+        if self._timers:
+            self._fire_timers()
+
+    async def _loop(self, main: _Flow | None) -> None:
+        """Run until ``main`` (a ``promise()``'s flow) has finished, or for a public tool until
+        it is served; return early if a coroutine step needs the task group.
+
+        One coroutine frame, and a sleep that parks the task itself when no timer is due: a root
+        blocked in ``promise()`` should hold little more than a blocked task.
+        """
+        while not (main.finished if main is not None else self._served()):
+            if self._fatal is not None or (self._need_tg and self._tg is None):
+                return
+            if self._inline_next is not None:
+                await self._run_inline()
+            elif self._ready:
+                self._tick()
+                if self._inline_next is None:
+                    self._slept = True
+                    await checkpoint()
+            elif self._timers and self._next_deadline() != math.inf:
+                self._slept = True
+                await self._idle()
+            elif self._library == "asyncio":
+                self._slept = True
+                future = self._sleep_scope = self._threadsafe.create_future()
+                try:
+                    await future
+                finally:
+                    if self._sleep_scope is future:
+                        self._sleep_scope = None
+            else:
+                self._slept = True
+                lowlevel = sys.modules["trio"].lowlevel
+                self._sleep_scope = lowlevel.current_task()
+                await lowlevel.wait_task_rescheduled(self._abort_park)
+
+    def _abort_park(self, _: object) -> Any:
+        """The parked driver's task is cancelled (trio)."""
+        self._sleep_scope = None
+        return sys.modules["trio"].lowlevel.Abort.SUCCEEDED
+
+    async def _run_inline(self) -> None:
+        """Await the coroutine steps of this ``promise()``'s flow in the calling task.
+
+        Consecutive coroutine steps (and the plain steps between them) share one cancel scope:
+        its deadline is the flow's nearest ``set_timeout()``; a timeout, ``asi.cancel()`` or an
+        external error cancels it. The backend's cancellation from outside goes through
+        unchanged.
+        """
+        step = self._inline_next
+        assert step is not None
+        flow = step._flow
+        assert flow is not None
+        interrupted: AsyncSteps | None = None
+        try:
+            with scope_class(self._library)(deadline=_flow_deadline(flow)) as scope:
+                self._inline_scope = scope
+                if self._ready or (self._timers and self._foreign_timers(flow)):
+                    self._start_helper()
+                while True:
+                    self._inline_next = None
+                    if step._status is not CORO or flow.root._status is CANCELLING:
+                        # Cancelled before its coroutine could start: it never runs.
+                        _close_unstarted(step)
+                        if step._status is CORO:
+                            interrupted = step  # the root's cancel() waits for it: go on now
+                        break
+                    self._inline = step
+                    try:
+                        result, error = await _await_step(step, scope)
+                    except BaseException:
+                        if scope.cancel_called:
+                            interrupted = step
+                        raise  # our scope absorbs its own cancellation, anything else goes out
+                    finally:
+                        self._inline = None
+                    self._current = flow
+                    try:
+                        if scope.cancel_called:
+                            # The step was cancelled, yet its coroutine returned or failed. An
+                            # error wins, as in a task group, unless the root is being cancelled.
+                            ext = step._ext
+                            assert ext is not None
+                            if error is None or ext.on_end is not None:
+                                interrupted = step
+                            else:
+                                ext.pending = None
+                                if _coroutine_done(step, result, error, inline=True):
+                                    self._schedule(flow)
+                            break
+                        if not _coroutine_done(step, result, error, inline=True):
+                            break
+                        flow.run(BURST)  # on with the flow, in the same scope
+                    finally:
+                        self._current = None
+                    following = self._inline_next
+                    if following is None:
+                        break
+                    step = following
+                    deadline = _flow_deadline(flow)
+                    if deadline != scope.deadline:
+                        scope.deadline = deadline
+        finally:
+            self._inline_scope = None
+            self._inline_next = None
+            if self._helper:
+                await self._join_helper()
+        if interrupted is not None and self._fatal is None:
+            _inline_cancelled(self, interrupted)
+
+    def _foreign_timers(self, flow: _Flow) -> bool:
+        """Does the heap hold a live timer other than a ``set_timeout()`` of ``flow``?"""
+        for entry in self._timers:
+            handle = entry[2]
+            if handle._tool is not None and (
+                handle._func is not _on_timeout or handle._args[0]._flow is not flow
+            ):
+                return True
+        return False
+
+    def _start_helper(self) -> None:
+        self._helper = True
+        self._spawn(self._help, (), "futoin_anyio driver helper")
+
+    async def _help(self) -> None:
+        """Serve the driver's callbacks, timers and other flows while it awaits inline."""
+        try:
+            while self._inline_scope is not None:
+                if self._ready:
+                    self._tick()
+                    await checkpoint()
+                else:
+                    await self._idle()
+        finally:
+            self._helper = False
+            ended = self._helper_ended
+            if ended is not None:
+                self._helper_ended = None
+                ended.set()
+
+    async def _join_helper(self) -> None:
+        """The inline run is over: wait (shielded) until the helper has seen it and ended."""
+        with CancelScope(shield=True):
+            while self._helper:
+                ended = self._helper_ended = anyio.Event()
+                self._wake()
+                await ended.wait()
+
+    def _spawn(self, func: _CoroRunner, args: tuple[Any, ...], name: str) -> None:
+        """Start ``func(*args)`` in a task of no task group: the helper, or a coroutine step of
+        a concurrent flow while the caller awaits inline (a ``promise()`` driver only).
+
+        No task group is opened for them: ``promise()`` joins every such task before it
+        returns (cancelling them first if it is left by an exception), so none outlives it. An
+        exception that escapes one stops the driver (see :meth:`_report_fatal`).
+        """
+        raw = self._raw_tasks
+        if raw is _EMPTY:
+            raw = self._raw_tasks = set()
+        context = copy_context()
+        if _sniffio is not None:
+            # The start may come from a plain event-loop callback (a thread hand-off, a future's
+            # done callback), where no task tells which library runs: say it.
+            context.run(_sniffio.current_async_library_cvar.set, self._library)
+        task = _RawTask()
+        raw.add(task)
+        body = self._raw_task(task, func, args)
+        if self._library == "asyncio":
+            task.task = context.run(self._threadsafe.create_task, body, name=name)
+        else:
+            sys.modules["trio"].lowlevel.spawn_system_task(
+                _await, body, name=name, context=context)
+
+    async def _raw_task(self, task: _RawTask, func: _CoroRunner, args: tuple[Any, ...]) -> None:
+        try:
+            with CancelScope() as scope:
+                task.scope = scope
+                if task.cancelled:
+                    scope.cancel()
+                await func(*args)
+        except BaseException as exc:  # a task of no group: the driver re-raises it
+            self._report_fatal(exc)
+        finally:
+            raw = self._raw_tasks
+            raw.discard(task)
+            task.task = task.scope = None
+            idle = self._raw_idle
+            if not raw and idle is not None:
+                self._raw_idle = None
+                idle.set()
+
+    async def _join_raw_tasks(self, cancel: bool = False) -> None:
+        """Wait, shielded, until every task started by :meth:`_spawn` has ended; with
+        ``cancel``, cancel them first (as a task group left by an exception does)."""
+        with CancelScope(shield=True):
+            while self._raw_tasks:
+                if cancel:
+                    for task in self._raw_tasks:
+                        task.cancelled = True
+                        if task.scope is not None:
+                            task.scope.cancel()
+                idle = self._raw_idle = anyio.Event()
+                await idle.wait()
+
+    def _needs_task_group(self) -> bool:
+        return self._fatal is not None or self._need_tg or bool(self._pending_coros)
+
+    async def _drive(self, main: _Flow) -> None:
+        """Go on running ``main`` (a ``promise()``'s flow) in the calling task, in a task group
+        for the coroutine steps that need one; raise what stopped the driver."""
+        if self._fatal is None and (self._need_tg or self._pending_coros):
+            error: BaseException | None = None
+            self._slept = True  # the group's exit is a schedule point
+            try:
+                async with create_task_group() as tg:
+                    self._tg = tg
+                    self._start_pending_coros()
+                    await self._loop(main)
+                    if self._fatal is not None:
+                        tg.cancel_scope.cancel()
+                    # Coroutines of cancelled steps end here: the group waits for them.
+            except BaseExceptionGroup as group:
+                error = _unwrap_group(group)
+            finally:
+                self._tg = None
+            if error is not None:
+                raise error
+        fatal = self._fatal
+        if fatal is not None:
+            self._fatal = None
+            raise fatal
+
+    def _idle_after_promise(self) -> bool:
+        """Is there nothing of this promise() driver's left to cancel?"""
+        return not (self._roots or self._ready or self._timers or self._pending_coros)
+
+    def _start_pending_coros(self) -> None:
+        pending = self._pending_coros
+        self._pending_coros = _EMPTY
+        for runner, args in pending:
+            self._start_coroutine(runner, *args)
+
+    async def _serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """The long-lived driver of a public AsyncTool."""
+        self._tg_ready()
+        task_status.started()
+        try:
+            while True:
+                await self._loop(None)
+                if self._fatal is not None or self._exit_now():
+                    break
+        except get_cancelled_exc_class():
+            # The block is left by an exception or a cancellation. As under promise(): the
+            # coroutine steps (innermost) end first, then every root's cancel handlers run.
+            with CancelScope(shield=True):
+                await self._tasks_ended()
+            self._cancel_all()
+            raise
+        except BaseException as exc:  # KeyboardInterrupt... from a step: out of __aexit__
+            self._report_fatal(exc)
+        if self._fatal is not None:  # re-raised by __aexit__, after the block is cancelled
+            self._cancel_all()
+            assert self._tg is not None
+            self._tg.cancel_scope.cancel()
+
+    def _task_started(self) -> None:
+        self._coro_tasks += 1
+
+    def _task_ended(self) -> None:
+        self._coro_tasks -= 1
+        idle = self._tasks_idle
+        if not self._coro_tasks and idle is not None:
+            self._tasks_idle = None
+            idle.set()
+
+    async def _tasks_ended(self) -> None:
+        while self._coro_tasks:
+            idle = self._tasks_idle = anyio.Event()
+            await idle.wait()
+
+    def _tg_ready(self) -> None:
+        self._need_tg = False
+        self._start_pending_coros()
+
+    def _served(self) -> bool:
+        return (self._closing and not self._roots and not self._pending and not self._ready
+                and not self._inflight)
+
+    def _exit_now(self) -> bool:
+        """Served: no ``immediate()`` from another thread may slip in after this."""
+        with _foreign:
+            if self._inflight:
+                return False
+            self._exited = True
+            return True
+
+    def _cancel_all(self) -> None:
+        """Cancel every root this tool runs (their cancel handlers run), drop its callbacks."""
+        for root in list(self._roots):
+            flow = root._flow
+            if flow is None:
+                root.cancel()  # not started yet
+            else:
+                flow.cancel_root(wait=False)  # this driver is going away: nothing to wait with
+        for item in self._ready:
+            if type(item) is Handle:
+                item._tool = None
+                item._func = _gone
+                item._args = ()
+        self._ready = _EMPTY
+        for entry in self._timers:
+            handle = entry[2]
+            handle._tool = None
+            handle._func = _gone
+            handle._args = ()
+        self._timers = _EMPTY
+        self._pending = 0
+        with _foreign:
+            self._exited = True  # this driver runs nothing more (its block or promise() ends)
+
+    def _report_fatal(self, exc: BaseException) -> None:
+        """A BaseException (KeyboardInterrupt…) escaped a coroutine step: the driver stops and
+        re-raises it, bare, once its task group is closed."""
+        if self._fatal is None:
+            self._fatal = exc
+        inline = self._inline_scope
+        if inline is not None:
+            inline.cancel()  # the caller's inline await stops too
+        self._wake()
+
+
+_Future = _asyncio_future_type
+
+
+async def _await(body: Coroutine[Any, Any, None]) -> None:
+    await body
+
+
+class _RawTask:
+    """A task of :meth:`_Driver._spawn`: its cancel scope once it runs, and its asyncio task
+    (held here: asyncio keeps only weak references to tasks)."""
+
+    __slots__ = ("cancelled", "scope", "task")
+
+    def __init__(self) -> None:
+        self.task: Any = None
+        self.scope: CancelScope | None = None
+        self.cancelled = False
+
+
+def _trio_task_type() -> type:
+    trio = sys.modules.get("trio")
+    return trio.lowlevel.Task if trio is not None else _NoType
+
+
+def _trio_reschedule(task: Any) -> None:
+    sys.modules["trio"].lowlevel.reschedule(task)
+
+
+class _NoType:
+    """Stands for trio's Task type where trio was never imported."""
+
+
+def _task_name(step: AsyncSteps) -> str:
+    """A coroutine step's task is named after the step function, as Trio users expect."""
+    func = step._func
+    name = getattr(func, "__qualname__", None)
+    if name is None:
+        name = type(func).__qualname__
+    module = getattr(func, "__module__", None)
+    return f"{module}.{name}" if module else str(name)
+
+
+def _run_callback(handle: Handle) -> None:
+    """Run a handle's callback, already counted as done; the handle lets go of it first."""
+    func = handle._func
+    args = handle._args
+    handle._func = _gone
+    try:
+        if args:
+            handle._args = ()
+            func(*args)
+        else:
+            func()  # no tuple to unpack: the common immediate(func)
+    except Exception:
+        logger.exception("AsyncTool callback %r raised", func)
+
+
+def _unwrap_group(err: BaseException, body_exc: BaseException | None = None) -> BaseException:
+    """Never let an ExceptionGroup built by our own task group reach the user.
+
+    Our tasks raise nothing but cancellation, so such a group holds at most one real error: the
+    one raised in the ``async with`` body (``body_exc``, kept whole even if it is a group of the
+    user's own), or a step's KeyboardInterrupt.
+    """
+    cancelled = get_cancelled_exc_class()
+    while isinstance(err, BaseExceptionGroup) and err is not body_exc:
+        inner = [e for e in err.exceptions if not isinstance(e, cancelled)]
+        if len(inner) > 1:
+            break  # not a wrapper of ours: leave it to the user
+        err = inner[0] if inner else err.exceptions[0]
+    return err

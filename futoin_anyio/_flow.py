@@ -1,0 +1,898 @@
+"""The flow runner: runs the steps of a flow, unwinds errors, cancels, awaits coroutine steps.
+
+Vocabulary:
+
+* A **step object** is the ``asi`` a callback receives (:class:`~futoin_anyio.AsyncSteps`). It is
+  also the *frame* of that step on its flow's stack: it holds the sub-steps queued during its
+  execution (``_queue``) and, in ``_ext``, the rarely used parts (cancel handler, timer, parallel
+  run, loop, coroutine scope, ``stack()`` cleanups) so a trivial step costs one small object.
+* A **flow** (:class:`_Flow`) is one sequential thread of steps: a root, or one branch of a
+  ``parallel()``. Its stack is a list of frames: ``stack[0]`` is the root (or the branch
+  container), ``stack[-1]`` the innermost active step. Levels are this explicit stack, never
+  Python recursion.
+* A **driver** (``_driver``, the base of :class:`~futoin_anyio.AsyncTool`) runs ready flows in
+  bursts.
+
+Error unwinding (``_Flow._unwind``) pops frames innermost first; at each one the cancel handler
+runs, then the error handler, which may recover (``success()`` or ``add()``), replace the error
+(``error()``) or pass it on (return). Cancellation (``_Flow._cancel``) pops frames the same way
+but runs only cancel handlers. Coroutine steps run through :func:`_run_coroutine` (a task) or
+inline in the driver (``_Driver._run_inline``); both end in :func:`_coroutine_done`.
+
+This module imports no other engine module at run time: ``_steps`` (the API), ``_parallel`` and
+``_driver`` import it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+from collections.abc import Callable, Coroutine
+from functools import partial
+from inspect import iscoroutine
+from sys import getrefcount
+from typing import TYPE_CHECKING, Any, Final
+
+from anyio import CancelScope, get_cancelled_exc_class
+
+from ._errors import Errors, FutoInError
+from ._frame import (
+    _NO_ARGS,
+    CANCELLING,
+    CORO,
+    DONE,
+    EXEC,
+    FAILING,
+    HANDLER,
+    SUBSTEPS,
+    WAIT,
+    _end_ext,
+    _new,
+    _own_ext,
+    _run_cleanups,
+)
+from ._state import State
+
+if sys.version_info < (3, 11):  # pragma: no cover
+    from exceptiongroup import BaseExceptionGroup
+
+if TYPE_CHECKING:
+    from ._driver import _Driver
+    from ._parallel import _ParallelRun
+    from ._steps import AsyncSteps
+    from ._tool import AsyncTool
+
+
+def _step_reuse_proven() -> bool:
+    """May ``_Flow.run`` reuse a completed step object that ``sys.getrefcount()`` says nobody
+    holds? Only where that count is proven to see every holder.
+
+    The test is ``getrefcount(step) == 2`` (the ``step`` variable and the call's argument). Up
+    to CPython 3.13 with the GIL, every reference the user can keep — a list, a closure cell, a
+    generator or traceback frame, a context variable — is a counted one
+    (``tests/test_step_reuse.py`` checks each). CPython 3.14 borrows references on the
+    evaluation stack, so counts come out lower and a step the user still holds once could pass
+    as unheld; the free-threaded build (3.13t) splits and defers counts; other interpreters have
+    no meaningful counts. There the engine always makes a new step object (a few per cent of a
+    trivial step's cost), rather than risk handing a user's object to another step.
+    """
+    if sys.implementation.name != "cpython" or sys.version_info >= (3, 14):
+        return False
+    if sys.version_info >= (3, 13):
+        import sysconfig
+
+        return not sysconfig.get_config_var("Py_GIL_DISABLED")
+    return True
+
+
+#: Evaluated once: the hot path tests a bool.
+_REUSE_STEPS = _step_reuse_proven()
+
+#: The one step class whose completed objects ``_Flow.run`` may reuse: ``AsyncSteps`` itself,
+#: never a subclass (it may allow weak references, which no count sees, or add slots of its own,
+#: which the engine does not reset). Set by ``_steps``, which imports this module.
+_REUSABLE: type | None = None
+
+logger = logging.getLogger("futoin_anyio")
+
+# What _Flow._unwind (and _step_raised, which unwinds) returns. Plain bools and None, so that a
+# caller on the hot path may test the result for truth: only GO_ON is true.
+#: A handler recovered (``success()`` or ``add()``): the flow goes on.
+GO_ON: Final = True
+#: Nothing recovered: the flow has failed (it is finished), or a handler cancelled the root.
+FAILED: Final = False
+#: The unwinding waits at a parallel step for the coroutine tasks of its cancelled branches to
+#: end; it goes on by itself then.
+PAUSED: Final = None
+
+
+def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
+    frame: AsyncSteps = _new(parent.__class__)
+    frame._binary = None
+    state = parent._state
+    frame._state = state if state is not None else parent.state
+    frame._flow = flow
+    frame._parent = parent
+    frame._queue = None
+    frame._onerror = None
+    frame._ext = None
+    frame._func = None
+    frame._status = status
+    return frame
+
+
+def _on_timeout(frame: AsyncSteps) -> None:
+    ext = frame._ext
+    if frame._status is DONE or ext is None:
+        return
+    ext.timer = None
+    flow = frame._flow
+    assert flow is not None
+    exc = FutoInError(Errors.Timeout)
+    state = frame.state
+    state.error_info = None
+    state.last_exception = exc
+    flow.throw(Errors.Timeout)
+
+
+class _Flow:
+    """One sequential thread of steps: a root, or a branch of a parallel step."""
+
+    __slots__ = (
+        "__weakref__",
+        "args",
+        "driver",
+        "executed",
+        "finished",
+        "interrupt",
+        "loop_label",
+        "on_unhandled",
+        "par",
+        "queued",
+        "result_code",
+        "root",
+        "stack",
+    )
+
+    def __init__(self, driver: AsyncTool, root: AsyncSteps, stack: list[AsyncSteps],
+                 par: _ParallelRun | None) -> None:
+        self.driver = driver
+        self.root = root
+        self.stack = stack
+        self.par = par
+        self.args: tuple[Any, ...] = _NO_ARGS
+        self.queued = False
+        self.finished = False
+        self.interrupt = False
+        self.loop_label: str | None = None
+        self.result_code: str | None = None
+        self.on_unhandled: Callable[[str], object] | None = None
+        self.executed = False  # started by execute() (not promise())
+
+    def _go(self, budget: int) -> int:
+        """Run from the driver's ready queue."""
+        self.queued = False
+        self.driver._current = self
+        return self.run(budget)
+
+    def run(self, budget: int) -> int:
+        """Run steps until the flow waits or ends, or ``budget`` steps are spent.
+
+        This is the hot path: per step a queue pop (or the loop's next item), one frame object,
+        one call and a few checks. A flow often runs only a step or two per call, so the set-up
+        binds only what it must (module globals are as fast as locals on CPython 3.11+).
+        """
+        if self.finished or self.root._status is CANCELLING:
+            return budget
+        stack = self.stack
+        base = stack[0]
+        state = base._state
+        if state is None:  # a root nobody asked for its state: make it now
+            state = base.state
+        cls = base.__class__
+        # A completed step object that nothing else references is reused for the next step:
+        # nobody can observe it, and it saves an allocation and garbage-collector work per step.
+        # Only where reference counts are proven to see every holder (_REUSE_STEPS), and only
+        # for AsyncSteps itself: a subclass may allow weak references (which no count sees) or
+        # add slots of its own (which the engine does not reset).
+        reuse = _REUSE_STEPS and cls is _REUSABLE
+        spare: AsyncSteps | None = None
+        while budget > 0:
+            frame = stack[-1]
+            q = frame._queue
+            if q:
+                item = q.pop()
+                if not q:  # a waiting flow keeps no empty lists for the GC to scan
+                    frame._queue = None
+                if type(item) is tuple:
+                    func, onerror = item
+                else:
+                    func = item  # type: ignore[assignment]
+                    onerror = None
+            else:
+                # The frame's queue is exhausted: the next loop iteration, or the frame completes.
+                if frame is base:
+                    self._finish(None)
+                    return budget
+                ext = frame._ext
+                if ext is not None:
+                    loop = ext.loop
+                    if loop is not None:
+                        try:
+                            args = next(loop.it, None)
+                        except Exception as exc:  # a collection changed, a generator raised
+                            if self._step_raised(exc) is not GO_ON:
+                                return budget
+                            if self.interrupt:
+                                self._interrupted()
+                                return budget
+                            continue
+                        if args is not None:
+                            self.args = args
+                            func, onerror = loop.item
+                        else:
+                            self.args = _NO_ARGS  # a loop that ends succeeds with no arguments
+                            loop = None
+                    if loop is None:
+                        _end_ext(frame)
+                else:
+                    loop = None
+                if loop is None:
+                    frame._status = DONE
+                    stack.pop()
+                    continue
+            if spare is None:  # _new_frame(), inlined: this runs for every step
+                step: AsyncSteps = _new(cls)
+                step._state = state
+                step._flow = self
+                step._queue = None
+                step._ext = None
+                step._binary = None
+            else:
+                step = spare
+                spare = None
+            step._parent = frame
+            step._onerror = onerror
+            step._func = func
+            step._status = EXEC
+            stack.append(step)
+            budget -= 1
+            try:
+                # Calls with a fixed number of arguments run without building a tuple and,
+                # for a Python function, without a nested interpreter loop.
+                args = self.args
+                if not args:
+                    res = func(step)
+                elif type(args) is not tuple:  # values from C: fit() to what func declares
+                    res = func(step, *args.fit(func))  # type: ignore[attr-defined]
+                elif len(args) == 1:
+                    res = func(step, args[0])
+                else:
+                    res = func(step, *args)
+            except BaseException as exc:
+                if not self.interrupt:
+                    if self._step_raised(exc) is not GO_ON:
+                        return budget
+                    if not self.interrupt:
+                        continue
+                self._interrupted()
+                return budget
+            if self.interrupt:
+                self._interrupted()
+                return budget
+            st = step._status
+            if st is EXEC:
+                if res is not None and iscoroutine(res):
+                    self._start_coroutine(step, res)
+                    return budget
+                q = step._queue
+                if q:
+                    q.reverse()
+                    step._status = SUBSTEPS
+                    ext = step._ext
+                    if ext is None or ext.loop is None:  # a loop set its iteration's args
+                        self.args = _NO_ARGS  # sub-steps start with no arguments (as in JS)
+                    continue
+                ext = step._ext
+                if ext is not None:
+                    if ext.waiting:
+                        step._status = WAIT
+                        return budget
+                    _end_ext(step)
+                self.args = _NO_ARGS
+                step._status = DONE
+                stack.pop()
+            elif st is DONE:
+                stack.pop()
+                ext = step._ext
+                if ext is not None:
+                    _end_ext(step)
+            else:
+                continue
+            # Two references: ``step`` and getrefcount's argument. Nobody kept the object.
+            if reuse and ext is None and getrefcount(step) == 2 and step._queue is None \
+                    and step._binary is None:
+                spare = step
+        self.driver._schedule(self)
+        return 0
+
+    # -- errors -------------------------------------------------------------------------------
+
+    def _step_raised(self, exc: BaseException) -> bool | None:
+        """The top step's callback raised: unwind. What :meth:`_unwind` returns."""
+        state = self.root.state
+        if isinstance(exc, FutoInError):
+            code = exc.code
+            if state.last_exception is not exc:
+                state.error_info = exc.info
+                state.last_exception = exc
+        elif isinstance(exc, BaseExceptionGroup) and _judgeable_group(exc):
+            code = _judge_group(exc, state)
+        elif isinstance(exc, Exception):
+            code = Errors.Timeout if _is_timeout(exc) else Errors.InternalError
+            state.error_info = f"{type(exc).__name__}: {exc}"
+            state.last_exception = exc
+        else:
+            raise exc  # KeyboardInterrupt, SystemExit, the backend's cancellation: never ours
+        return self._unwind(code)
+
+    def throw(self, code: str) -> None:
+        """Raise ``code`` at the innermost active step (a timeout, an external error)."""
+        if self.finished or self.root._status is CANCELLING:
+            return
+        top = self.stack[-1]
+        if top._status is FAILING:
+            # An error is already unwinding through here (waiting for cancelled tasks to end):
+            # it will pass every enclosing step, the timed one included.
+            return
+        ext = top._ext
+        if top._status is CORO and ext is not None and ext.scope is not None:
+            # Let the coroutine's own cleanup finish first: unwinding goes on when its task ends.
+            ext.pending = code
+            ext.scope.cancel()
+            return
+        if self._unwind(code) is GO_ON:
+            self.driver._schedule(self)
+
+    def throw_at(self, frame: AsyncSteps, code: str) -> None:
+        """A deferred external error: applies only if ``frame`` is still the innermost step."""
+        if (not self.finished and self.stack[-1] is frame and frame._status is FAILING
+                and self._unwind(code) is GO_ON):
+            self.driver._schedule(self)
+
+    def _unwind(self, code: str) -> bool | None:
+        """Unwind from the innermost step outwards.
+
+        :data:`GO_ON` if a handler recovered, :data:`FAILED` if the flow failed, :data:`PAUSED`
+        if the unwinding waits at a parallel step for the coroutine tasks of its cancelled
+        branches to end (it goes on by itself then, as a task group's exit waits for its
+        children).
+        """
+        stack = self.stack
+        state = self.root.state
+        self.args = _NO_ARGS  # steps an error handler adds start with no arguments
+        if code != Errors.LoopBreak and code != Errors.LoopCont:
+            state.async_stack = [f._func for f in stack[1:]]
+        while len(stack) > 1:
+            top = stack[-1]
+            ext = top._ext
+            if ext is not None and ext.par is not None:
+                par = ext.par
+                ext.par = None
+                if par.stop_branches(None, partial(self._resume_unwind, code)):
+                    top._status = FAILING
+                    return PAUSED
+            frame = stack.pop()
+            frame._status = DONE
+            frame._queue = None
+            if frame._ext is not None:
+                code = self._cancel_frame(frame, code) or code
+                if self._cancelled():  # the cancel handler cancelled the root
+                    return FAILED
+            onerror = frame._onerror
+            if onerror is None:
+                continue
+            parent = frame._parent
+            assert parent is not None
+            handler = _new_frame(parent, self, HANDLER)
+            handler._func = onerror
+            stack.append(handler)
+            try:
+                onerror(handler, code)
+                if self._cancelled():  # the handler cancelled the root: nothing else runs
+                    return FAILED
+            except FutoInError as exc:
+                if self._cancelled():
+                    return FAILED
+                if state.last_exception is not exc:
+                    state.error_info = exc.info
+                    state.last_exception = exc
+                code = exc.code
+            except Exception as exc:
+                if self._cancelled():
+                    return FAILED
+                code = Errors.InternalError
+                state.error_info = f"{type(exc).__name__}: {exc}"
+                state.last_exception = exc
+            else:
+                if handler._status is DONE:  # success(): go on after the failed step
+                    stack.pop()
+                    if handler._ext is not None:
+                        _end_ext(handler)  # its stack() clean-ups
+                    return GO_ON
+                if handler._queue:  # add(): its steps run at the failed step's level
+                    handler._queue.reverse()
+                    handler._status = SUBSTEPS
+                    return GO_ON
+            handler._status = DONE
+            handler._queue = None
+            stack.pop()
+            if handler._ext is not None:
+                _end_ext(handler)
+        self._finish(code)
+        return FAILED
+
+    def _cancelled(self) -> bool:
+        """The root was cancelled by a handler: at once, or when the running step returns."""
+        if self.finished:
+            return True
+        current = self.driver._current
+        return current is not None and current.interrupt and current.root is self.root
+
+    def _resume_unwind(self, code: str) -> None:
+        if self.finished or self.root._status is CANCELLING:
+            return
+        if self._unwind(code) is GO_ON:
+            self.driver._schedule(self)
+
+    def _cancel_frame(self, frame: AsyncSteps, code: str | None) -> str | None:
+        """A frame leaves the stack abnormally: cancel its branches, its coroutine, its timer;
+        call its cancel handler; run its cleanups. An exception in the cancel handler replaces
+        ``code`` while unwinding, and is logged while cancelling (``code`` is ``None``)."""
+        ext = frame._ext
+        assert ext is not None
+        par = ext.par
+        if par is not None:
+            ext.par = None
+            par.cancel_branches()
+        scope = ext.scope
+        if scope is not None:
+            ext.scope = None
+            scope.cancel()
+        coro = ext.coro
+        if coro is not None:  # its task may never start (its group is cancelled): close it now
+            ext.coro = None
+            if scope is None:
+                coro.close()
+        timer = ext.timer
+        if timer is not None:
+            ext.timer = None
+            timer.cancel()
+        oncancel = ext.oncancel
+        if oncancel is not None:
+            ext.oncancel = None
+            try:
+                oncancel(frame)
+            except Exception as exc:
+                if code is None:
+                    logger.exception("cancel handler %r raised", oncancel)
+                else:
+                    state = self.root.state
+                    code = Errors.InternalError
+                    state.error_info = f"{type(exc).__name__}: {exc}"
+                    state.last_exception = exc
+        if ext.cleanups or ext.on_exit is not None:
+            _run_cleanups(ext)
+        return code
+
+    # -- cancellation -------------------------------------------------------------------------
+
+    def _cancel(self) -> None:
+        """Run the cancel handlers of every active step, innermost first; the flow ends.
+
+        The branches of a parallel step are cancelled before the step itself, depth first, with
+        an explicit list of flows rather than recursion: any depth of nesting is cancelled.
+        """
+        if self.finished:
+            return
+        self.finished = True
+        todo = [self]
+        while todo:
+            flow = todo[-1]
+            stack = flow.stack
+            while len(stack) > 1:
+                frame = stack[-1]
+                ext = frame._ext
+                if ext is not None and ext.par is not None:  # its branches first
+                    par = ext.par
+                    ext.par = None
+                    if not par.over:
+                        par.over = True
+                        for branch in reversed(par.flows):
+                            if not branch.finished:
+                                branch.finished = True
+                                todo.append(branch)
+                        break
+                stack.pop()
+                frame._status = DONE
+                frame._queue = None
+                if ext is not None:
+                    self._cancel_frame(frame, None)
+            else:
+                todo.pop()
+                stack[0]._status = DONE
+                stack[0]._queue = None  # steps that never ran go now (await_() closes its own)
+                if flow.par is not None:
+                    flow._drop_links()
+
+    def _drop_links(self) -> None:
+        """A finished branch lets go of its container and parallel run: no reference cycles
+        are left for the garbage collector, the branch is freed as soon as it is unreferenced."""
+        self.stack.clear()
+        self.par = None
+
+    def cancel_root(self, wait: bool = True) -> None:
+        """``asi.cancel()`` on the root: cancel every flow of the root, end with ``Cancelled``.
+
+        As when the task awaiting ``promise()`` is cancelled, the root's coroutine steps are
+        cancelled first and, with ``wait``, the cancel handlers run once their tasks have ended
+        (the root's flows stand still meanwhile).
+        """
+        if self.finished:
+            return
+        root = self.root
+        if root._status is CANCELLING:
+            if wait:
+                return
+        elif wait:
+            running: list[AsyncSteps] = []
+            _running_coroutines(self, running)
+            if running:
+                root._status = CANCELLING
+                pending = [len(running)]
+
+                def task_ended() -> None:
+                    pending[0] -= 1
+                    if not pending[0]:
+                        self.cancel_root(wait=False)
+
+                for step in running:
+                    ext = step._ext
+                    assert ext is not None
+                    ext.on_end = task_ended
+                    if ext.scope is not None:
+                        ext.scope.cancel()
+                return
+        self._cancel()
+        self.result_code = Errors.Cancelled
+        self._root_done()
+
+    def abort(self) -> None:
+        """The task running the root was cancelled (or hit a BaseException): cancel handlers run."""
+        if not self.finished:
+            self._cancel()
+            self.result_code = Errors.Cancelled
+
+    def _interrupted(self) -> None:
+        self.interrupt = False
+        root_flow = self.root._flow
+        assert root_flow is not None
+        root_flow.cancel_root()
+
+    # -- completion -----------------------------------------------------------------------------
+
+    def _finish(self, code: str | None) -> None:
+        self.finished = True
+        self.stack[0]._status = DONE
+        self.stack[0]._queue = None  # steps that never ran (after an error) go now
+        self.result_code = code
+        par = self.par
+        if par is None:
+            label = self.loop_label
+            if label is not None and (code == Errors.LoopBreak or code == Errors.LoopCont):
+                what = "break_loop" if code == Errors.LoopBreak else "continue_loop"
+                self.root.state.error_info = f"{what}({label!r}): no enclosing loop has that label"
+            self._root_done()
+        elif code is None:
+            self._drop_links()
+            par.branch_done()
+        else:
+            self._drop_links()
+            par.branch_failed(self, code)
+
+    def _root_done(self) -> None:
+        driver = self.driver
+        if driver._sleep_scope is not None:
+            driver._wake()  # the driver is idle: let it see the root is over
+        if self.executed:
+            root = self.root
+            driver._roots.discard(root)
+            root._flow = None  # no root <-> flow cycle: both are freed as soon as unreferenced
+            code = self.result_code
+            if code is not None and code != Errors.Cancelled:
+                handler = self.on_unhandled
+                if handler is not None:
+                    try:
+                        handler(code)
+                    except Exception:
+                        logger.exception("unhandled_error callback %r raised", handler)
+                else:
+                    logger.error("AsyncSteps root failed with unhandled error %s (error_info=%r)",
+                                 code, self.root.state.get("error_info"))
+
+    def outcome(self) -> Any:
+        code = self.result_code
+        if code is None:
+            args = self.args
+            if not args:
+                return None
+            return args[0] if len(args) == 1 else args
+        state = self.root.state
+        last = state.get("last_exception")
+        if code == Errors.Cancelled:
+            raise FutoInError(Errors.Cancelled, "the root was cancelled")
+        info = state.get("error_info")
+        if isinstance(last, FutoInError) and last.code == code and last.info is info:
+            raise last
+        err = FutoInError(code, info)
+        if isinstance(last, BaseException):
+            raise err from last
+        raise err
+
+    # -- coroutine steps --------------------------------------------------------------------------
+
+    def _start_coroutine(self, step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> None:
+        step._status = CORO
+        ext = _own_ext(step)
+        ext.coro = coro
+        self.driver._start_coroutine(_run_coroutine, step, coro)
+
+
+_scope_classes: dict[str, type[CancelScope]] = {}
+
+
+def scope_class(library: str) -> type[CancelScope]:
+    """The running backend's own CancelScope class (called in the event loop's thread).
+
+    Instantiated directly, it skips AnyIO's per-call lookup of the backend (through sniffio,
+    a measurable part of an ``async def`` step's cost on asyncio).
+    """
+    cls = _scope_classes.get(library)
+    if cls is None:
+        cls = _scope_classes[library] = type(CancelScope())
+    return cls
+
+
+async def _await_step(step: AsyncSteps, scope: CancelScope) -> tuple[Any, BaseException | None]:
+    """Await the coroutine of ``step`` in ``scope``: ``(result, error)``.
+
+    The backend's cancellation, and a group of nothing but cancellations (from a nursery or task
+    group inside the step), go out unchanged to the scope that owns them; so do
+    ``KeyboardInterrupt`` and the like. Anything else is the step's error.
+    """
+    ext = step._ext
+    assert ext is not None
+    ext.scope = scope
+    coro = ext.coro
+    assert coro is not None
+    try:
+        return await coro, None
+    except Exception as exc:
+        return None, exc
+    except BaseExceptionGroup as group:
+        if not _judgeable_group(group):
+            raise
+        return None, group
+    finally:
+        ext.coro = None
+        ext.scope = None
+
+
+async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> None:
+    """The task of a coroutine step of a concurrent flow: runs it in the step's own scope."""
+    flow = step._flow
+    ext = step._ext
+    assert flow is not None and ext is not None
+    driver = flow.driver
+    error: BaseException | None = None
+    result: Any = None
+    driver._task_started()
+    try:
+        if step._status is not CORO or flow.root._status is CANCELLING:
+            # Cancelled before its task could start (the root's cancel() may be waiting for it).
+            _close_unstarted(step)
+            coro.close()
+            return
+        with scope_class(driver._library)() as scope:
+            try:
+                result, error = await _await_step(step, scope)
+            except BaseException as exc:
+                if isinstance(exc, (get_cancelled_exc_class(), BaseExceptionGroup)):
+                    raise  # cancellation: our scope absorbs its own, anything else goes out
+                driver._report_fatal(exc)
+                return
+    finally:
+        ext.coro = None
+        driver._task_ended()
+        on_end = ext.on_end
+        if on_end is not None:  # a parallel step's unwinding waits for this task
+            ext.on_end = None
+            driver._soon(on_end)
+    _coroutine_done(step, result, error, False)
+
+
+def _close_unstarted(step: AsyncSteps) -> None:
+    """Close the coroutine of ``step``, cancelled before it started: it never runs."""
+    ext = step._ext
+    if ext is not None and ext.coro is not None:
+        coro = ext.coro
+        ext.coro = None
+        coro.close()
+
+
+def _coroutine_done(step: AsyncSteps, result: Any, error: BaseException | None,
+                    inline: bool) -> bool:
+    """A coroutine step's coroutine ended with ``result`` or ``error``: complete the step.
+
+    ``True`` if the flow can go on now (only ``inline``: the caller runs it); otherwise it is
+    scheduled, or waits, or is over.
+    """
+    flow = step._flow
+    ext = step._ext
+    assert flow is not None and ext is not None
+    if flow.root._status is CANCELLING:
+        return False  # the root's cancel() waited for this coroutine: its cancel handlers run next
+    pending = ext.pending
+    if pending is not None:  # a timeout or external error waited for this coroutine to end
+        ext.pending = None
+        if error is None:  # else the coroutine's own error wins, as in a task group
+            if step._status is CORO and flow.stack[-1] is step:
+                step._status = WAIT
+                return _go_on(flow, flow._unwind(pending), inline)
+            return False
+    if step._status is not CORO or flow.finished:
+        return False  # cancelled (parallel sibling failed, root cancelled): handlers already ran
+    if error is not None:
+        step._status = EXEC
+        return _go_on(flow, flow._step_raised(error), inline)
+    if step._queue:
+        step._queue.reverse()
+        flow.args = _NO_ARGS
+        if result is not None:
+            step._status = EXEC
+            return _go_on(flow, flow._step_raised(FutoInError(
+                Errors.InternalError, "an async step returned a result and added sub-steps")),
+                inline)
+        step._status = SUBSTEPS
+    elif ext.waiting and result is None and ext.timer is None and ext.oncancel is None:
+        step._status = WAIT
+        return False
+    else:
+        flow.args = _NO_ARGS if result is None else (result,)
+        step._status = DONE
+        flow.stack.pop()
+        _end_ext(step)
+    return _go_on(flow, GO_ON, inline)
+
+
+def _go_on(flow: _Flow, can: bool | None, inline: bool) -> bool:
+    """Go on with ``flow`` if ``can`` is :data:`GO_ON` (a result of ``_unwind``, tested for
+    truth): ``True`` if the caller runs it now (``inline``), else it is scheduled."""
+    if not can:
+        return False
+    if inline:
+        return True
+    flow.driver._schedule(flow)
+    return False
+
+
+def _inline_cancelled(driver: _Driver, step: AsyncSteps) -> None:
+    """An inline coroutine step ended because its scope was cancelled: by ``asi.cancel()``
+    (which waits for it), an external error or timeout (``pending``), or the shared scope's
+    deadline (the flow's nearest timeout, now due)."""
+    ext = step._ext
+    flow = step._flow
+    assert ext is not None and flow is not None
+    on_end = ext.on_end
+    if on_end is not None:
+        ext.on_end = None
+        on_end()
+    if flow.root._status is CANCELLING or flow.finished:
+        return
+    pending = ext.pending
+    if pending is None:
+        driver._fire_timers()  # the deadline: the timeout's own handler unwinds
+        if step._status is not CORO or flow.stack[-1] is not step or flow.finished:
+            return
+        pending = Errors.Timeout  # pragma: no cover - the timer and the deadline agree
+    ext.pending = None
+    if step._status is CORO and flow.stack[-1] is step:
+        step._status = WAIT
+        if flow._unwind(pending) is GO_ON:
+            driver._schedule(flow)
+
+
+def _flow_deadline(flow: _Flow) -> float:
+    """The nearest deadline of the timeouts active in ``flow``."""
+    deadline = math.inf
+    for frame in flow.stack:
+        ext = frame._ext
+        if ext is not None and ext.timer is not None and ext.deadline < deadline:
+            deadline = ext.deadline
+    return deadline
+
+
+# -- what comes out of user code -------------------------------------------------------------------
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    """A deadline of the user's own: ``TimeoutError`` (``anyio.fail_after``, ``asyncio.timeout``)
+    or ``trio.TooSlowError``."""
+    if isinstance(exc, TimeoutError):
+        return True
+    trio = sys.modules.get("trio")
+    return trio is not None and isinstance(exc, trio.TooSlowError)
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    out: list[BaseException] = []
+    todo: list[BaseException] = [group]
+    while todo:
+        exc = todo.pop()
+        if isinstance(exc, BaseExceptionGroup):
+            todo.extend(reversed(exc.exceptions))
+        else:
+            out.append(exc)
+    return out
+
+
+def _judgeable_group(group: BaseExceptionGroup[Any]) -> bool:
+    """Does the group hold an error of the step's? Not when its leaves are all the backend's
+    cancellation (the step was cancelled), nor when one is a ``KeyboardInterrupt`` or the
+    like (never ours)."""
+    cancelled = get_cancelled_exc_class()
+    errors = False
+    for leaf in _leaves(group):
+        if isinstance(leaf, Exception):
+            errors = True
+        elif not isinstance(leaf, cancelled):
+            return False
+    return errors
+
+
+def _judge_group(group: BaseExceptionGroup[Any], state: State) -> str:
+    """The error code of a group from a nursery or task group inside a step, judged by its leaves
+    (cancellations aside): the first ``FutoInError`` decides the code and ``error_info``; with no
+    FutoInError, a lone timeout is ``Timeout`` and anything else ``InternalError``. A lone
+    FutoInError is ``state.last_exception`` itself; otherwise the group is."""
+    errors = [e for e in _leaves(group) if isinstance(e, Exception)]
+    for exc in errors:
+        if isinstance(exc, FutoInError):
+            state.error_info = exc.info
+            state.last_exception = exc if len(errors) == 1 else group
+            return exc.code
+    state.error_info = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
+    state.last_exception = group
+    if len(errors) == 1 and _is_timeout(errors[0]):
+        return Errors.Timeout
+    return Errors.InternalError
+
+
+
+
+def _running_coroutines(flow: _Flow, out: list[AsyncSteps]) -> None:
+    """Collect the coroutine steps of ``flow`` and of the parallel branches nested in it (an
+    explicit list of flows, not recursion: any depth of nesting)."""
+    todo = [flow]
+    while todo:
+        for frame in todo.pop().stack:
+            ext = frame._ext
+            if ext is None:
+                continue
+            if frame._status is CORO and ext.coro is not None:
+                out.append(frame)
+            par = ext.par
+            if par is not None and not par.over:
+                todo.extend(branch for branch in par.flows if not branch.finished)
+
