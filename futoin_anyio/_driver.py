@@ -610,12 +610,12 @@ class _Driver:
             context.run(_sniffio.current_async_library_cvar.set, self._library)
         task = _RawTask()
         raw.add(task)
-        body = self._raw_task(task, func, args)
         if self._library == "asyncio":
+            body = self._raw_task(task, func, args)
             task.task = context.run(self._threadsafe.create_task, body, name=name)
         else:
             sys.modules["trio"].lowlevel.spawn_system_task(
-                _await, body, name=name, context=context)
+                self._raw_task, task, func, args, name=name, context=context)
 
     async def _raw_task(self, task: _RawTask, func: _CoroRunner, args: tuple[Any, ...]) -> None:
         try:
@@ -776,10 +776,6 @@ class _Driver:
 
 
 _Future = _asyncio_future_type
-
-
-async def _await(body: Coroutine[Any, Any, None]) -> None:
-    await body
 
 
 class _RawTask:
