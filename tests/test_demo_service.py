@@ -146,6 +146,23 @@ def test_server_options_round_trip() -> None:
     assert options_of(parser.parse_args(options_argv(options))) == options
 
 
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--concurrent", "0"], "argument --concurrent: must be >= 1, not 0"),
+    (["--max-queue", "many"], "argument --max-queue: not int: 'many'"),
+    (["--slow-ratio", "1.5"], "argument --slow-ratio: must be in [0, 1], not 1.5"),
+])
+def test_server_options_reject_bad_input(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
 async def wait_until(predicate: Any, limit: float = 5.0) -> None:
     # The server reacts to real socket events (data, EOF) that no task-level
     # synchronisation can observe, so poll, with a deadline.

@@ -224,15 +224,32 @@ def _default(name: str) -> Any:
     return inspect.signature(Server).parameters[name].default
 
 
+def _number(kind: type, low: float, high: float | None = None) -> Any:
+    """An argparse ``type`` that reads a ``kind`` number in ``[low, high]``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {kind.__name__}: {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, not {text}")
+        return value
+
+    return parse
+
+
 def add_options(parser: argparse.ArgumentParser) -> None:
     """Add ``--concurrent``, ``--max-queue``, ``--rate``, ``--deadline-ms``, ``--slow-ratio``."""
     group = parser.add_argument_group("server", "the Limiter, the deadline and the back-ends")
     helps = {
-        "concurrent": (int, "Limiter: requests processed at once"),
-        "max_queue": (int, "Limiter: requests waiting for a place, then DefenseRejected"),
-        "rate": (int, "Limiter: requests let in per 100 ms"),
-        "deadline_ms": (float, "each request's set_timeout()"),
-        "slow_ratio": (float, "share of back-end calls 10-20 times slower than usual"),
+        "concurrent": (_number(int, 1), "Limiter: requests processed at once"),
+        "max_queue": (_number(int, 0), "Limiter: requests waiting for a place, then "
+                                       "DefenseRejected"),
+        "rate": (_number(int, 1), "Limiter: requests let in per 100 ms"),
+        "deadline_ms": (_number(float, 1), "each request's set_timeout()"),
+        "slow_ratio": (_number(float, 0, 1), "share of back-end calls 10-20 times slower"),
     }
     for name in OPTIONS:
         kind, text = helps[name]
