@@ -208,7 +208,7 @@ def run_js(
 
 def _cell(record: dict[str, Any] | None) -> dict[str, Any]:
     if record is None:
-        return {"status": "n/a", "reason": "not run"}
+        return {"status": "n/a", "reason": "not run (not selected with --columns)"}
     if "error" in record:
         return {"status": "failed", "reason": record["error"]}
     if "na" in record:
@@ -339,13 +339,50 @@ def fmt_value(value: float, unit: str) -> str:
     return f"{value:.0f}"
 
 
+#: A reason longer than this is cut in the table; :func:`reasons` gives it in full.
+CELL_REASON = 60
+
+
+def _one_line(reason: Any) -> str:
+    return " ".join(str(reason).replace("|", "/").split())
+
+
 def fmt_cell(cell: dict[str, Any], unit: str) -> str:
     if cell["status"] == "ok":
         return fmt_value(cell["value"], unit)
-    reason = str(cell["reason"]).replace("|", "/").replace("\n", " ")
-    if len(reason) > 60:
-        reason = reason[:57] + "..."
+    reason = _one_line(cell["reason"])
+    if len(reason) > CELL_REASON:
+        reason = reason[: CELL_REASON - 15] + "... (see below)"
     return f"{'FAILED' if cell['status'] == 'failed' else 'n/a'}: {reason}"
+
+
+def reasons(rows: list[Any], status: str) -> list[str]:
+    """Every reason, in full, of the cells of *rows* with *status* (``"n/a"``, ``"failed"``).
+
+    One line per reason and set of rows, naming the rows and the columns it covers
+    (``every scenario`` for a whole column), in the table's order, e.g.::
+
+        c_steps on futoin_anyio asyncio, futoin_anyio trio: binary bridge: ... needs
+        setuptools, ...: pip install 'futoin_anyio[c]'
+    """
+    by_reason: dict[str, dict[str, list[str]]] = {}  # reason -> column -> row ids
+    for row in rows:
+        for column in COLUMNS:
+            cell = row["cells"][column]
+            if cell["status"] == status:
+                reason = _one_line(cell["reason"])
+                by_reason.setdefault(reason, {}).setdefault(column, []).append(row["id"])
+    all_ids = [row["id"] for row in rows]
+    lines = []
+    for reason, columns in by_reason.items():
+        by_ids: dict[tuple[str, ...], list[str]] = {}  # row ids -> columns
+        for column, ids in columns.items():
+            by_ids.setdefault(tuple(ids), []).append(TITLES[column])
+        for cells, titles in by_ids.items():
+            every = len(all_ids) > 1 and list(cells) == all_ids
+            what = "every scenario" if every else ", ".join(cells)
+            lines.append(f"{what} on {', '.join(titles)}: {reason}")
+    return lines
 
 
 def fmt_ratio(r: float | None) -> str:
@@ -376,6 +413,13 @@ def render_markdown(result: dict[str, Any]) -> str:
     if any(v is not None for v in flat.values()):
         cells = [fmt_ratio(flat[c]) for c in COLUMNS]
         lines.append("| chain flatness (large/small) | | ratio | " + " | ".join(cells) + " | | |")
+    for title, status, intro in (
+        ("Skipped", "n/a", "Cells shown as n/a, with the reason in full:"),
+        ("Failed", "failed", "Cells that failed to verify (their figures are not posted):"),
+    ):
+        listed = reasons(rows, status)
+        if listed:
+            lines += ["", f"## {title}", "", intro, "", *(f"- {line}" for line in listed)]
     out = [
         f"# futoin_anyio benchmarks ({meta['mode']} mode)",
         "",

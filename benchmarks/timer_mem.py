@@ -194,9 +194,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", default="asyncio,trio")
     parser.add_argument("--only", default=",".join(SCENARIOS), help="scenarios, comma-separated")
     args = parser.parse_args(argv)
+    names, backends = args.only.split(","), args.backend.split(",")
+    if args.n < 1:
+        parser.error(f"-n must be >= 1, not {args.n}")
+    if set(names) - set(SCENARIOS):
+        parser.error(f"--only {args.only}: choose among {', '.join(SCENARIOS)}")
+    if set(backends) - {"asyncio", "trio"}:
+        parser.error(f"--backend {args.backend}: choose among asyncio, trio")
     print("| scenario | backend | n | bytes held per finished timer |\n| --- | --- | --- | --- |")
-    for name in args.only.split(","):
-        for backend in args.backend.split(","):
+    for name in names:
+        for backend in backends:
             per = anyio.run(SCENARIOS[name], args.n, backend=backend)
             print(f"| {name} | {backend} | {args.n} | {per:.1f} |", flush=True)
     return 0

@@ -132,6 +132,68 @@ def test_table_ratios_targets_and_chart(tmp_path: Path) -> None:
     assert svg.startswith("<svg") and svg.count("<rect") > len(rows)
 
 
+def _result(rows: list[Any]) -> dict[str, Any]:
+    return {
+        "meta": {"mode": "tiny", "date": "d", "cpu": "c", "python": "p", "anyio": "a",
+                 "trio": "t", "node": "", "futoin_asyncsteps": "", "commit": "x", "repeat": 1},
+        "rows": rows,
+        "chain_flatness": {c: run._chain_flatness(rows, c) for c in run.COLUMNS},
+        "targets": run.check_targets(rows),
+    }
+
+
+def test_every_skip_reason_is_shown_in_full() -> None:
+    # The figures of a run without setuptools (Python >= 3.12 venvs), node or a failure.
+    no_setuptools = (
+        "binary bridge: compiling C steps at run time (cffi's ffi.compile()) needs setuptools,"
+        " which this Python environment lacks: pip install 'futoin_anyio[c]'"
+    )
+    records = _fake_records()
+    records["js"] = [
+        {"scenario": s, "n": n, "na": "node not found"} for s in SCENARIOS for n in TINY[s]
+    ]
+    for column, reason in (("futoin_asyncio", no_setuptools), ("futoin_trio", no_setuptools),
+                           ("plain_asyncio", NO_EQUIVALENT["plain", "c_steps"]),
+                           ("plain_trio", NO_EQUIVALENT["plain", "c_steps"])):
+        for record in records[column]:
+            if record["scenario"] == "c_steps":
+                record.pop("value")
+                record["na"] = reason
+    broken = "VerificationError: " + "x" * 100
+    records["plain_trio"][0] = {"scenario": "seq", "n": TINY["seq"][0], "error": broken}
+    rows = run.build_rows(records, dict(TINY))
+
+    assert run.reasons(rows, "n/a") == [
+        "every scenario on JS futoin-asyncsteps: node not found",
+        f"c_steps on futoin_anyio asyncio, futoin_anyio trio: {no_setuptools}",
+        "c_steps on plain AnyIO asyncio, plain AnyIO trio: no C steps in plain AnyIO",
+    ]
+    assert run.reasons(rows, "failed") == [f"seq on plain AnyIO trio: {broken}"]
+
+    markdown = run.render_markdown(_result(rows))
+    table, skipped = markdown.split("\n## Skipped\n")
+    # The table cuts a long reason and points below; the section gives it whole, as listed.
+    assert "| c_steps |" in table and "pip install" not in table
+    assert "n/a: binary bridge: compiling C steps at run time ... (see below)" in table
+    assert "| n/a: node not found |" in table
+    section = skipped.split("\n## ")[0]
+    assert f"- c_steps on futoin_anyio asyncio, futoin_anyio trio: {no_setuptools}\n" in section
+    assert "- every scenario on JS futoin-asyncsteps: node not found\n" in section
+    assert "no C steps in plain AnyIO" in section
+    assert f"## Failed\n\nCells that failed to verify (their figures are not posted):\n\n" \
+           f"- seq on plain AnyIO trio: {broken}\n" in markdown
+    assert markdown.index("## Skipped") < markdown.index("## Failed") < markdown.index("## Targets")
+
+
+def test_no_skipped_section_when_nothing_is_skipped() -> None:
+    records = _fake_records()
+    records["js"][0] = {"scenario": "seq", "n": TINY["seq"][0], "value": 1.0, "seconds": 0.1}
+    rows = run.build_rows(records, dict(TINY))
+    assert run.reasons(rows, "n/a") == []
+    markdown = run.render_markdown(_result(rows))
+    assert "## Skipped" not in markdown and "## Failed" not in markdown
+
+
 def test_rounds_keep_the_best_figure_and_any_failure() -> None:
     # Full mode measures each cell in rounds: the best round counts, a failed round is shown.
     records = _fake_records()

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # ``pytest`` run without ``python -m``
     sys.path.insert(0, str(REPO))
 
+from benchmarks import timer_mem  # noqa: E402
 from benchmarks.timer_mem import SCENARIOS  # noqa: E402
 
 pytestmark = pytest.mark.anyio
@@ -54,6 +55,37 @@ class _Callback:
 def test_bytes_held_per_finished_timer(anyio_backend: str, scenario: str, n: int) -> None:
     per_root = anyio.run(SCENARIOS[scenario], n, backend=anyio_backend)
     assert per_root <= MAX_BYTES_PER_ROOT, f"{scenario}: {per_root:.1f} B per finished timer"
+
+
+def test_command_line_prints_a_row_per_scenario_and_backend(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``python -m benchmarks.timer_mem``, small: the table CI would show, figures in bound."""
+    assert timer_mem.main(["-n", "1000", "--only", "execute,deferred"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["| scenario | backend | n | bytes held per finished timer |",
+                         "| --- | --- | --- | --- |"]
+    rows = [line.strip("| ").split(" | ") for line in lines[2:]]
+    assert [row[:3] for row in rows] == [
+        ["execute", "asyncio", "1000"], ["execute", "trio", "1000"],
+        ["deferred", "asyncio", "1000"], ["deferred", "trio", "1000"],
+    ]
+    assert all(float(row[3]) <= MAX_BYTES_PER_ROOT for row in rows), lines
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--only", "execute,nope"], "--only execute,nope: choose among execute, promise"),
+    (["--backend", "curio"], "--backend curio: choose among asyncio, trio"),
+    (["-n", "0"], "-n must be >= 1, not 0"),
+])
+def test_command_line_rejects_bad_input(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        timer_mem.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr()
+    assert message in err.err and err.out == ""
 
 
 async def test_step_that_ended_is_not_kept_by_its_timeout() -> None:

@@ -2,6 +2,9 @@
 
 ``python -m examples.service.demo --duration 10 [--backend trio] [--json] [--processes N]``
 
+The server's limits, deadline and back-end tail are set with ``--concurrent``, ``--max-queue``,
+``--rate``, ``--deadline-ms`` and ``--slow-ratio`` (see ``--help``).
+
 With ``--processes N`` (N > 1), N server processes (asyncio and trio in turn) share one port
 and one ``RedisLimiter`` on a throwaway ``redis-server``: the limits hold for the whole fleet.
 """
@@ -9,6 +12,7 @@ and one ``RedisLimiter`` on a throwaway ``redis-server``: the limits hold for th
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import socket
@@ -21,11 +25,13 @@ import anyio
 from anyio.abc import SocketAttribute
 
 from .client import render, run_load
-from .server import Server
+from .server import Server, add_options, options_argv, options_of
 
 
-async def demo(duration: float, connections: int, seed: int | None) -> dict[str, Any]:
-    server = Server(seed=seed)
+async def demo(duration: float, connections: int, seed: int | None,
+               **options: Any) -> dict[str, Any]:
+    """Serve and load for ``duration`` seconds in one process; ``options`` go to ``Server``."""
+    server = Server(seed=seed, **options)
     listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
     port = listener.extra(SocketAttribute.local_port)
     async with listener, anyio.create_task_group() as tg:
@@ -44,7 +50,7 @@ def _free_port() -> int:
 
 
 def demo_processes(processes: int, backend: str, duration: float, connections: int,
-                   seed: int | None) -> dict[str, Any]:
+                   seed: int | None, **options: Any) -> dict[str, Any]:
     """N server processes sharing one port and one RedisLimiter, loaded by one client."""
     redis_port, port = _free_port(), _free_port()
     redis = subprocess.Popen(
@@ -62,7 +68,8 @@ def demo_processes(processes: int, backend: str, duration: float, connections: i
         for i in range(processes):
             servers.append(subprocess.Popen(
                 [sys.executable, "-m", "examples.service.server", "--port", str(port),
-                 "--reuse-port", "--redis-port", str(redis_port), "--backend", backends[i % 2]],
+                 "--reuse-port", "--redis-port", str(redis_port), "--backend", backends[i % 2],
+                 *options_argv(options)],
                 stdout=subprocess.PIPE, text=True))
         for p in servers:  # each prints "serving on ..." once it listens
             assert p.stdout is not None
@@ -88,6 +95,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--processes", type=int, default=1,
                         help="server processes sharing one RedisLimiter (needs redis-server)")
+    add_options(parser)
     args = parser.parse_args()
     if args.processes < 1:
         parser.error("--processes must be >= 1")
@@ -96,9 +104,10 @@ def main() -> None:
           flush=True)
     if args.processes > 1:
         summary = demo_processes(args.processes, args.backend, args.duration,
-                                 args.connections, args.seed)
+                                 args.connections, args.seed, **options_of(args))
     else:
-        summary = anyio.run(demo, args.duration, args.connections, args.seed,
+        summary = anyio.run(functools.partial(demo, args.duration, args.connections, args.seed,
+                                              **options_of(args)),
                             backend=args.backend)
     print(json.dumps(summary) if args.json else render(summary))
 

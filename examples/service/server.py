@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
+import inspect
 import logging
 import random
 from collections import Counter
@@ -212,10 +214,65 @@ class Server:
         return answer
 
 
+#: The :class:`Server` parameters that the command lines of this module and of ``demo.py`` set
+#: (``--max-queue`` for ``max_queue``...); a test sizes its load with them.
+OPTIONS = ("concurrent", "max_queue", "rate", "deadline_ms", "slow_ratio")
+_LIMITS = ("concurrent", "max_queue", "rate", "period_ms", "burst")
+
+
+def _default(name: str) -> Any:
+    return inspect.signature(Server).parameters[name].default
+
+
+def _number(kind: type, low: float, high: float | None = None) -> Any:
+    """An argparse ``type`` that reads a ``kind`` number in ``[low, high]``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {kind.__name__}: {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+            raise argparse.ArgumentTypeError(f"must be {bounds}, not {text}")
+        return value
+
+    return parse
+
+
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """Add ``--concurrent``, ``--max-queue``, ``--rate``, ``--deadline-ms``, ``--slow-ratio``."""
+    group = parser.add_argument_group("server", "the Limiter, the deadline and the back-ends")
+    helps = {
+        "concurrent": (_number(int, 1), "Limiter: requests processed at once"),
+        "max_queue": (_number(int, 0), "Limiter: requests waiting for a place, then "
+                                       "DefenseRejected"),
+        "rate": (_number(int, 1), "Limiter: requests let in per 100 ms"),
+        "deadline_ms": (_number(float, 1), "each request's set_timeout()"),
+        "slow_ratio": (_number(float, 0, 1), "share of back-end calls 10-20 times slower"),
+    }
+    for name in OPTIONS:
+        kind, text = helps[name]
+        group.add_argument("--" + name.replace("_", "-"), type=kind, default=_default(name),
+                           help=f"{text} (default {_default(name)})")
+
+
+def options_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The :data:`OPTIONS` parsed by :func:`add_options`, as ``Server`` keyword arguments."""
+    return {name: getattr(args, name) for name in OPTIONS}
+
+
+def options_argv(options: dict[str, Any]) -> list[str]:
+    """The command-line arguments that :func:`add_options` parses back into ``options``."""
+    return [arg for name, value in options.items()
+            for arg in ("--" + name.replace("_", "-"), str(value))]
+
+
 async def serve(port: int, host: str = "127.0.0.1", redis_port: int | None = None,
                 reuse_port: bool = False, **options: Any) -> None:
     """Serve on ``port``; with ``redis_port``, the Limiter is a ``RedisLimiter`` shared by
-    every server process using that Redis (``reuse_port``: several processes on one port)."""
+    every server process using that Redis (``reuse_port``: several processes on one port).
+    ``options`` are :class:`Server` keyword arguments (the limits apply to either Limiter)."""
     if redis_port is None:
         await _serve(Server(**options), port, host, reuse_port)
         return
@@ -223,9 +280,9 @@ async def serve(port: int, host: str = "127.0.0.1", redis_port: int | None = Non
 
     from futoin_anyio.redis import RedisLimiter
 
+    limits = {name: options.pop(name, _default(name)) for name in _LIMITS}
     async with coredis.Redis(host="127.0.0.1", port=redis_port) as client:
-        limiter = RedisLimiter(client, "demo-service", concurrent=16, max_queue=16, rate=60,
-                               period_ms=100, burst=16, lease_ms=3000)
+        limiter = RedisLimiter(client, "demo-service", **limits, lease_ms=3000)
         await _serve(Server(limiter=limiter, **options), port, host, reuse_port)
 
 
@@ -244,9 +301,11 @@ def main() -> None:
     parser.add_argument("--backend", choices=("asyncio", "trio"), default="asyncio")
     parser.add_argument("--redis-port", type=int, help="share the Limiter through this Redis")
     parser.add_argument("--reuse-port", action="store_true", help="several servers, one port")
+    add_options(parser)
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl+C stops the server
-        anyio.run(serve, args.port, args.host, args.redis_port, args.reuse_port,
+        anyio.run(functools.partial(serve, args.port, args.host, args.redis_port,
+                                    args.reuse_port, **options_of(args)),
                   backend=args.backend)
 
 
