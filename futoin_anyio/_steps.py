@@ -616,6 +616,10 @@ class AsyncSteps:
             driver._exited = True  # nothing more can be scheduled on it
         else:
             driver._cancel_all()  # roots executed into this private driver end with it
+        fatal = driver._fatal
+        if fatal is not None:  # e.g. a KeyboardInterrupt out of one of those coroutines
+            driver._fatal = None
+            raise fatal
         self._flow = None  # no root <-> flow cycle left behind
         if not driver._slept:
             # The driver never yielded (the root completed at once, or only its own coroutine

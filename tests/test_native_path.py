@@ -501,3 +501,29 @@ async def test_a_loop_of_instant_promises_lets_other_tasks_run() -> None:
         served = turns[0] - start
         done.set()
     assert calls // 32 <= served <= calls // 4, served
+
+
+async def test_keyboard_interrupt_of_another_roots_coroutine_as_the_promise_ends() -> None:
+    """A coroutine of a root executed into the promise's driver (started while the caller was
+    inline) raises ``KeyboardInterrupt`` as the promise ends and cancels it: not lost, raised
+    bare by ``promise()``."""
+    started = anyio.Event()
+
+    async def other_step(asi: AsyncSteps) -> None:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            raise KeyboardInterrupt
+
+    async def step(asi: AsyncSteps) -> None:
+        other = asi.new_instance()
+        other.add(other_step)
+        other.execute()
+        with anyio.fail_after(5):
+            await started.wait()
+
+    asi = AsyncSteps()
+    asi.add(step)
+    with anyio.fail_after(5), pytest.raises(KeyboardInterrupt):
+        await asi.promise()
