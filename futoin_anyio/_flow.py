@@ -708,7 +708,6 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     try:
         if step._status is not CORO or flow.root._status is CANCELLING:
             # Cancelled before its task could start (the root's cancel() may be waiting for it).
-            _close_unstarted(step)
             coro.close()
             return
         with scope_class(driver._library)() as scope:

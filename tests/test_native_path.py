@@ -527,3 +527,64 @@ async def test_keyboard_interrupt_of_another_roots_coroutine_as_the_promise_ends
     asi.add(step)
     with anyio.fail_after(5), pytest.raises(KeyboardInterrupt):
         await asi.promise()
+
+
+async def test_root_cancelled_before_its_next_inline_coroutine_starts() -> None:
+    """In one burst of the driver, the flow reaches an ``async def`` step (to be awaited inline
+    next) and then a callback cancels the root: the coroutine never runs, the cancel handlers
+    run, ``promise()`` raises ``Cancelled``."""
+    log: list[str] = []
+
+    async def never(asi: AsyncSteps) -> None:
+        log.append("coroutine ran")
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.set_cancel(lambda asi: log.append("cancel handler"))
+        asi.add(waiting).add(never)
+
+    def waiting(asi: AsyncSteps) -> None:
+        tool = asi.tool
+        assert tool is not None
+        asi.wait_external()
+
+        def resume() -> None:
+            asi.success()  # the flow is queued first: it reaches never() in this burst
+            tool.immediate(root.cancel)  # ...and then the root is cancelled
+
+        tool.immediate(resume)
+
+    root = AsyncSteps()
+    root.add(outer)
+    with anyio.fail_after(5), pytest.raises(FutoInError) as caught:
+        await root.promise()
+    assert caught.value.code == Errors.Cancelled
+    assert log == ["cancel handler"]
+
+
+async def test_keyboard_interrupt_in_a_callback_served_by_the_helper() -> None:
+    """A callback run by the helper task (while the caller awaits inline) raises
+    ``KeyboardInterrupt``: the inline coroutine is interrupted (its ``finally`` runs), the cancel
+    handlers run, and ``promise()`` raises it bare."""
+    log: list[str] = []
+
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+
+    async def step(asi: AsyncSteps) -> None:
+        tool = asi.tool
+        assert tool is not None
+        tool.immediate(interrupt)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            log.append("coroutine finally")
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.set_cancel(lambda asi: log.append("cancel handler"))
+        asi.add(step)
+
+    root = AsyncSteps()
+    root.add(outer)
+    with anyio.fail_after(5), pytest.raises(KeyboardInterrupt):
+        await root.promise()
+    assert log == ["coroutine finally", "cancel handler"]
