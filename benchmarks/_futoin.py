@@ -89,34 +89,6 @@ async def instances(n: int) -> Measurement:
     return rate(n, dt)
 
 
-async def instances_promise(n: int) -> Measurement:
-    """Variant of :func:`instances`: a task per root awaiting ``promise()`` (not the default)."""
-    import anyio
-
-    done = 0
-
-    def step1(asi: Any) -> None:
-        asi.success(1)
-
-    def step2(asi: Any, v: int) -> None:
-        nonlocal done
-        done += v
-
-    async def one() -> None:
-        root = AsyncSteps()
-        root.add(step1)
-        root.add(step2)
-        await root.promise()
-
-    t0 = now()
-    async with anyio.create_task_group() as tg:
-        for _ in range(n):
-            tg.start_soon(one)
-    dt = now() - t0
-    check(done == n, f"instances_promise: {done} != {n}")
-    return rate(n, dt)
-
-
 async def parallel(n: int) -> Measurement:
     count = 0
     after = False

@@ -76,6 +76,21 @@ def _stop(before: int, n: int) -> float:
     return (after - before) / n
 
 
+async def _held_per_item(waves: Callable[[AsyncTool, int], Awaitable[None]], n: int) -> float:
+    """Bytes held per item after ``waves(tool, n)`` (a warm-up wave first), in one tool where a
+    30 s timer lives throughout."""
+    async with AsyncTool() as tool:
+        keeper = tool.deferred(30_000, _noop)
+        await waves(tool, WINDOW)
+        before = _start()
+        try:
+            await waves(tool, n)
+        finally:
+            per = _stop(before, n)
+            keeper.cancel()
+    return per
+
+
 async def execute_roots(n: int) -> float:
     """Bytes held per finished root whose step set a 60 s timeout and succeeded at once."""
     failed: list[str] = []
@@ -88,15 +103,7 @@ async def execute_roots(n: int) -> float:
                 root.execute(failed.append)
             await _drain(tool)
 
-    async with AsyncTool() as tool:
-        keeper = tool.deferred(30_000, _noop)
-        await waves(tool, WINDOW)
-        before = _start()
-        try:
-            await waves(tool, n)
-        finally:
-            per_root = _stop(before, n)
-            keeper.cancel()
+    per_root = await _held_per_item(waves, n)
     if failed:
         raise AssertionError(f"execute: roots failed: {failed[:5]}")
     return per_root
@@ -131,19 +138,12 @@ async def cancelled_deferred(n: int) -> float:
     def callback() -> None:  # pragma: no cover - never runs
         raise AssertionError("a cancelled deferred() ran")
 
-    async with AsyncTool() as tool:
-        keeper = tool.deferred(30_000, _noop)
-        for _ in range(WINDOW):
+    async def waves(tool: AsyncTool, count: int) -> None:
+        for _ in range(count):
             tool.deferred(60_000, callback).cancel()
-        before = _start()
-        try:
-            for _ in range(n):
-                tool.deferred(60_000, callback).cancel()
-            await checkpoint()
-        finally:
-            per = _stop(before, n)
-            keeper.cancel()
-    return per
+        await checkpoint()
+
+    return await _held_per_item(waves, n)
 
 
 async def cancelled_roots(n: int) -> float:
@@ -167,16 +167,7 @@ async def cancelled_roots(n: int) -> float:
             del roots, root
             await _drain(tool)
 
-    async with AsyncTool() as tool:
-        keeper = tool.deferred(30_000, _noop)
-        await waves(tool, WINDOW)
-        before = _start()
-        try:
-            await waves(tool, n)
-        finally:
-            per = _stop(before, n)
-            keeper.cancel()
-    return per
+    return await _held_per_item(waves, n)
 
 
 SCENARIOS: dict[str, Callable[[int], Awaitable[float]]] = {
