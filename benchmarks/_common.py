@@ -67,6 +67,17 @@ UNITS: Final = {
 }
 
 
+def fmt_value(value: float, unit: str) -> str:
+    """A figure for a table cell: bytes as they are, a rate in k or M."""
+    if unit == "B/root":
+        return f"{value:,.0f}"
+    if value >= 1e6:
+        return f"{value / 1e6:.2f} M"
+    if value >= 1e3:
+        return f"{value / 1e3:.1f} k"
+    return f"{value:.0f}"
+
+
 def lower_is_better(scenario: str) -> bool:
     """Return whether a smaller figure is better for *scenario* (memory)."""
     return UNITS[scenario] == "B/root"

@@ -27,7 +27,7 @@ from xml.sax.saxutils import escape
 if __package__ in (None, ""):  # ``python benchmarks/chart.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.run import fmt_value
+from benchmarks._common import fmt_value
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = REPO / "benchmarks" / "results"

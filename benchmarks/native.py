@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # ``python benchmarks/native.py``
 
 import anyio
 
-from benchmarks._common import Measurement
+from benchmarks._common import Measurement, fmt_value
 from benchmarks._native import ROWS, SIDES, SIZES, TARGETS, TITLES, UNITS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -240,13 +240,7 @@ def targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _fmt(value: float, unit: str) -> str:
-    if unit == "B/root":
-        return f"{value:,.0f} B"
-    if value >= 1e6:
-        return f"{value / 1e6:.2f} M/s"
-    if value >= 1e3:
-        return f"{value / 1e3:.1f} k/s"
-    return f"{value:.0f}/s"
+    return fmt_value(value, unit) + (" B" if unit == "B/root" else "/s")
 
 
 def _fmt_cell(cell: dict[str, Any], unit: str) -> str:

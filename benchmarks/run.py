@@ -40,7 +40,7 @@ if __package__ in (None, ""):  # ``python benchmarks/run.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import native
-from benchmarks._common import SCENARIOS, SIZES, UNITS, lower_is_better
+from benchmarks._common import SCENARIOS, SIZES, UNITS, fmt_value, lower_is_better
 from benchmarks._native import ROWS as NATIVE_ROWS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -327,16 +327,6 @@ def check_targets(rows: list[Any]) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------- output
-
-
-def fmt_value(value: float, unit: str) -> str:
-    if unit == "B/root":
-        return f"{value:,.0f}"
-    if value >= 1e6:
-        return f"{value / 1e6:.2f} M"
-    if value >= 1e3:
-        return f"{value / 1e3:.1f} k"
-    return f"{value:.0f}"
 
 
 #: A reason longer than this is cut in the table; :func:`reasons` gives it in full.
