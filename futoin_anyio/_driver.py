@@ -37,11 +37,11 @@ from anyio.lowlevel import checkpoint
 
 from ._errors import Errors, FutoInError
 from ._flow import (
-    _await_step,
     _close_unstarted,
     _coroutine_done,
     _flow_deadline,
     _inline_cancelled,
+    _judgeable_group,
     _on_timeout,
     scope_class,
 )
@@ -511,14 +511,30 @@ class _Driver:
                         if step._status is CORO:
                             interrupted = step  # the root's cancel() waits for it: go on now
                         break
+                    # _await_step(), inlined: one coroutine frame less per blocked root.
                     self._inline = step
+                    ext = step._ext
+                    assert ext is not None and ext.coro is not None
+                    ext.scope = scope
+                    error: BaseException | None = None
                     try:
-                        result, error = await _await_step(step, scope)
-                    except BaseException:
-                        if scope.cancel_called:
-                            interrupted = step
-                        raise  # our scope absorbs its own cancellation, anything else goes out
+                        result = await ext.coro
+                    except Exception as exc:
+                        result = None
+                        error = exc
+                    except BaseException as exc:
+                        # The backend's cancellation, a group of nothing but cancellations,
+                        # KeyboardInterrupt...: out, to the scope that owns them.
+                        if isinstance(exc, BaseExceptionGroup) and _judgeable_group(exc):
+                            result = None
+                            error = exc
+                        else:
+                            if scope.cancel_called:
+                                interrupted = step
+                            raise  # our scope absorbs its own cancellation
                     finally:
+                        ext.coro = None
+                        ext.scope = None
                         self._inline = None
                     self._current = flow
                     try:

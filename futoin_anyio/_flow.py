@@ -187,9 +187,9 @@ class _Flow:
             return budget
         stack = self.stack
         base = stack[0]
+        # None while nobody asked for the root's state: its steps then find it through their
+        # parents when asked (most roots never need one: a dict less per root for the GC).
         state = base._state
-        if state is None:  # a root nobody asked for its state: make it now
-            state = base.state
         cls = base.__class__
         # A completed step object that nothing else references is reused for the next step:
         # nobody can observe it, and it saves an allocation and garbage-collector work per step.

@@ -144,7 +144,15 @@ class AsyncSteps:
         """
         state = self._state
         if state is None:
-            state = self._state = fresh_state()
+            # A root's is made on first use; a step made before that finds it up its parents
+            # (iteratively: levels may nest deeply).
+            frame = self
+            while frame._state is None and frame._parent is not None:
+                frame = frame._parent
+            state = frame._state
+            if state is None:  # the root's first use
+                state = frame._state = fresh_state()
+            self._state = state
         return state
 
     # -- common API (§2.2.1) --------------------------------------------------------------------
@@ -601,7 +609,12 @@ class AsyncSteps:
             finally:
                 driver._current = None
             if not flow.finished:
-                await driver._loop(flow)
+                if driver._inline_next is not None and driver._fatal is None \
+                        and not driver._need_tg:
+                    # The usual case (an async def step reached): no _loop() frame in between.
+                    await driver._run_inline()
+                if not flow.finished:
+                    await driver._loop(flow)
                 if driver._needs_task_group():
                     await driver._drive(flow)
         except BaseException:

@@ -74,6 +74,30 @@ async def test_state_is_shared_and_attribute_accessible() -> None:
         _ = asi.state.missing
 
 
+async def test_state_made_on_first_use_is_the_roots_at_every_depth() -> None:
+    # A root nobody asked for its state has none until a step asks: the step, the steps made
+    # before that (outer levels, a parallel branch after) and the root all see the same one.
+    depth = 2000  # found iteratively, not by recursion
+    outer: list[AsyncSteps] = []
+    seen: list[bool] = []
+    asi = AsyncSteps()
+
+    def nest(inner: AsyncSteps, level: int) -> None:
+        outer.append(inner)
+        if level < depth:
+            inner.add(lambda s: nest(s, level + 1))
+        else:
+            inner.state.found = level
+
+    asi.add(lambda s: nest(s, 1))
+    asi.add(lambda s: seen.extend(o.state is s.state for o in outer))
+    asi.parallel().add(lambda b: seen.append(b.state.found == depth))
+    asi.add(lambda s: s.success(s.state.found))
+    assert await asi.promise() == depth
+    assert asi.state.found == depth
+    assert all(seen) and len(seen) == depth + 1
+
+
 async def test_bool_tracks_service() -> None:
     kept: list[AsyncSteps] = []
     seen: list[bool] = []
