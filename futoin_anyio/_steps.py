@@ -622,6 +622,7 @@ class AsyncSteps:
                 await driver._join_raw_tasks(cancel=True)
             flow.abort()
             driver._cancel_all()
+            driver._main = None
             raise
         if driver._raw_tasks:  # coroutines of roots executed into this driver: they end first
             await driver._join_raw_tasks(cancel=True)
@@ -629,6 +630,8 @@ class AsyncSteps:
             driver._exited = True  # nothing more can be scheduled on it
         else:
             driver._cancel_all()  # roots executed into this private driver end with it
+        # No driver <-> flow cycle: a finished root is freed by reference counting alone.
+        driver._main = None
         fatal = driver._fatal
         if fatal is not None:  # e.g. a KeyboardInterrupt out of one of those coroutines
             driver._fatal = None
