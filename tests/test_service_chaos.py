@@ -316,13 +316,22 @@ async def _chaos(io: Io, tool: AsyncTool | None) -> dict[str, Any]:
         async with anyio.create_task_group() as load:
             for i in range(CLIENTS):
                 load.start_soon(clients.run, port, i)
-        # The last hang-ups may still be reaching the front: let it notice them.
-        with anyio.fail_after(10):
-            # (polled: counters of three objects; an Event each would add nothing)
-            while (front.connections or front.backend_open or backend.connections  # noqa: ASYNC110
-                   or (tool is not None and tool.statistics().roots)):
+        # The last hang-ups may still be reaching the front: let it notice them, and let the
+        # tasks that have done their part return (a handler or a step's task ends a scheduling
+        # step after its counter drops). A task left behind keeps the count up for the 10 s.
+        def busy() -> bool:
+            return bool(front.connections or front.backend_open or backend.connections
+                        or (tool is not None and tool.statistics().roots)
+                        or len(anyio.get_running_tasks()) > baseline)
+
+        with anyio.move_on_after(10):
+            # (polled: counters of three objects and the task count; an Event each would add
+            # nothing)
+            while busy():  # noqa: ASYNC110
                 await anyio.sleep(0.005)
         tasks_left = len(anyio.get_running_tasks()) - baseline
+        connections_left = (front.connections, backend.connections)
+        roots_left = tool.statistics().roots if tool is not None else 0
         tg.cancel_scope.cancel()
     await back.aclose()
 
@@ -353,6 +362,8 @@ async def _chaos(io: Io, tool: AsyncTool | None) -> dict[str, Any]:
     assert front.cancel_handlers == front.started - front.succeeded, counts
     # Nothing left behind: backend connections, Limiter places, tasks.
     assert front.backend_open == 0
+    assert connections_left == (0, 0)
+    assert roots_left == 0
     stats = front.limiter.statistics()
     assert (stats.held, stats.waiting, stats.rate_waiting) == (0, 0, 0), stats
     assert tasks_left == 0
