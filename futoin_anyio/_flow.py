@@ -677,6 +677,9 @@ async def _await_step(step: AsyncSteps, scope: CancelScope) -> tuple[Any, BaseEx
     The backend's cancellation, and a group of nothing but cancellations (from a nursery or task
     group inside the step), go out unchanged to the scope that owns them; so do
     ``KeyboardInterrupt`` and the like. Anything else is the step's error.
+
+    For a coroutine task (:func:`_run_coroutine`). :meth:`_Driver._run_inline` has the same
+    judgement inlined (one frame less per blocked ``promise()`` root): change both together.
     """
     ext = step._ext
     assert ext is not None
