@@ -81,6 +81,15 @@ TARGETS: Final = {
 SETTLE = 3
 
 
+async def _time_tasks(n: int, task: Any) -> float:
+    """Seconds from before the first of *n* tasks running *task* starts until the last ends."""
+    t0 = now()
+    async with anyio.create_task_group() as tg:
+        for _ in range(n):
+            tg.start_soon(task)
+    return now() - t0
+
+
 # --------------------------------------------------------------------------- (a)
 
 
@@ -132,11 +141,7 @@ async def async_tasks_ours(n: int) -> Measurement:
         root.add(use)
         await root.promise()
 
-    t0 = now()
-    async with anyio.create_task_group() as tg:
-        for _ in range(n):
-            tg.start_soon(one)
-    dt = now() - t0
+    dt = await _time_tasks(n, one)
     check(done == n, f"async_tasks: {done} != {n}")
     return rate(n, dt)
 
@@ -155,11 +160,7 @@ async def async_tasks_plain(n: int) -> Measurement:
     async def one() -> None:
         use(await fetch())
 
-    t0 = now()
-    async with anyio.create_task_group() as tg:
-        for _ in range(n):
-            tg.start_soon(one)
-    dt = now() - t0
+    dt = await _time_tasks(n, one)
     check(done == n, f"async_tasks: {done} != {n}")
     return rate(n, dt)
 
@@ -183,11 +184,7 @@ async def tasks_ours(n: int) -> Measurement:
         root.add(step2)
         await root.promise()
 
-    t0 = now()
-    async with anyio.create_task_group() as tg:
-        for _ in range(n):
-            tg.start_soon(one)
-    dt = now() - t0
+    dt = await _time_tasks(n, one)
     check(done == n, f"tasks: {done} != {n}")
     return rate(n, dt)
 
@@ -210,11 +207,7 @@ async def _tasks_plain(n: int, with_checkpoint: bool) -> Measurement:
         step2(step1())
 
     task = one_cp if with_checkpoint else one
-    t0 = now()
-    async with anyio.create_task_group() as tg:
-        for _ in range(n):
-            tg.start_soon(task)
-    dt = now() - t0
+    dt = await _time_tasks(n, task)
     check(done == n, f"tasks: {done} != {n}")
     return rate(n, dt)
 
@@ -268,11 +261,7 @@ async def mutex_tasks_ours(n: int) -> Measurement:
         root.add(last)
         await root.promise()
 
-    t0 = now()
-    async with anyio.create_task_group() as tg:
-        for _ in range(n):
-            tg.start_soon(one)
-    dt = now() - t0
+    dt = await _time_tasks(n, one)
     section.check(n)
     return rate(n, dt)
 
@@ -286,11 +275,7 @@ async def mutex_tasks_plain(n: int) -> Measurement:
             await section.hold()
         section.done += 1
 
-    t0 = now()
-    async with anyio.create_task_group() as tg:
-        for _ in range(n):
-            tg.start_soon(one)
-    dt = now() - t0
+    dt = await _time_tasks(n, one)
     section.check(n)
     return rate(n, dt)
 
