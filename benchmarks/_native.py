@@ -3,9 +3,14 @@
 Each row has two sides doing the same work on the running backend, each verifying
 its own result: ``ours`` (futoin_anyio, public API only, the way an AnyIO user writes
 it: a task per request, ``async def`` steps, ``await root.promise()``) and ``plain``
-(the same code hand-written in AnyIO). Row ``tasks`` has a third side, ``plain_cp``:
-the plain tasks plus one checkpoint each: what a task costs that yields once, as a
-``promise()`` whose root waits does (one of instant roots yields every 16th call).
+(the same code hand-written in AnyIO). Some rows have a third side, for information
+(:data:`VARIANTS`): row ``tasks`` has ``plain_cp``, the plain tasks plus one checkpoint
+each: what a task costs that yields once, as a ``promise()`` whose root waits does (one of
+instant roots yields every 16th call). Rows ``async_tasks`` and ``mutex_tasks`` have
+``plain_scope``, the plain tasks with their ``async def`` part inside a cancel scope of the
+backend's own class, the one the contract puts around an ``async def`` step (the engine
+uses the same class): ``plain_scope / plain`` is the best ratio that any implementation
+honouring that scope could reach if everything else it did were free.
 
 The clock runs from before the first task or root is built until the last one has
 finished. ``blocked_mem`` measures traced bytes (tracemalloc) per blocked task instead.
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
+from collections.abc import Callable
 from typing import Any, Final
 
 import anyio
@@ -67,6 +73,12 @@ UNITS: Final = {
     "blocked_mem": "B/root",
 }
 
+#: The sides beyond ``ours`` and ``plain``, for information (the targets are against ``plain``).
+VARIANTS: Final = {
+    "plain_cp": "plain AnyIO + a checkpoint",
+    "plain_scope": "plain AnyIO + the step's cancel scope",
+}
+
 #: Targets: throughput ours/plain >= bound; memory: ours <= plain + bound bytes.
 TARGETS: Final = {
     "async_loop": 0.5,
@@ -79,6 +91,18 @@ TARGETS: Final = {
 #: Extra checkpoints after the last task reported it is blocked, so that every task reaches
 #: the point where it sleeps (the same number on both sides).
 SETTLE = 3
+
+
+def _step_scope_type() -> Callable[[], Any]:
+    """The backend's own cancel scope class: the one the engine enters around an inline
+    ``async def`` step (on trio, trio's own, without AnyIO's wrapper)."""
+    try:
+        import trio
+
+        trio.lowlevel.current_root_task()  # RuntimeError unless trio runs
+    except (ImportError, RuntimeError):
+        return type(anyio.CancelScope())
+    return trio.CancelScope
 
 
 async def _time_tasks(n: int, task: Any) -> float:
@@ -159,6 +183,28 @@ async def async_tasks_plain(n: int) -> Measurement:
 
     async def one() -> None:
         use(await fetch())
+
+    dt = await _time_tasks(n, one)
+    check(done == n, f"async_tasks: {done} != {n}")
+    return rate(n, dt)
+
+
+async def async_tasks_plain_scope(n: int) -> Measurement:
+    done = 0
+    scope_type = _step_scope_type()
+
+    async def fetch() -> int:
+        await checkpoint()
+        return 1
+
+    def use(v: int) -> None:
+        nonlocal done
+        done += v
+
+    async def one() -> None:
+        with scope_type():
+            v = await fetch()
+        use(v)
 
     dt = await _time_tasks(n, one)
     check(done == n, f"async_tasks: {done} != {n}")
@@ -280,6 +326,22 @@ async def mutex_tasks_plain(n: int) -> Measurement:
     return rate(n, dt)
 
 
+async def mutex_tasks_plain_scope(n: int) -> Measurement:
+    lock = anyio.Lock()
+    section = _Section()
+    scope_type = _step_scope_type()
+
+    async def one() -> None:
+        async with lock:
+            with scope_type():
+                await section.hold()
+        section.done += 1
+
+    dt = await _time_tasks(n, one)
+    section.check(n)
+    return rate(n, dt)
+
+
 # --------------------------------------------------------------------------- (e)
 
 
@@ -359,8 +421,16 @@ async def blocked_mem_plain(n: int) -> Measurement:
 #: ``SIDES[row][side]``: the scenario of one side of one row.
 SIDES: Final[dict[str, dict[str, Scenario]]] = {
     "async_loop": {"ours": async_loop_ours, "plain": async_loop_plain},
-    "async_tasks": {"ours": async_tasks_ours, "plain": async_tasks_plain},
+    "async_tasks": {
+        "ours": async_tasks_ours,
+        "plain": async_tasks_plain,
+        "plain_scope": async_tasks_plain_scope,
+    },
     "tasks": {"ours": tasks_ours, "plain": tasks_plain, "plain_cp": tasks_plain_cp},
-    "mutex_tasks": {"ours": mutex_tasks_ours, "plain": mutex_tasks_plain},
+    "mutex_tasks": {
+        "ours": mutex_tasks_ours,
+        "plain": mutex_tasks_plain,
+        "plain_scope": mutex_tasks_plain_scope,
+    },
     "blocked_mem": {"ours": blocked_mem_ours, "plain": blocked_mem_plain},
 }

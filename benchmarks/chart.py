@@ -44,11 +44,18 @@ NATIVE_BARS = {
     ("ours", "asyncio"): "#2b6cb0",
     ("plain", "asyncio"): "#4a5568",
     ("plain_cp", "asyncio"): "#718096",
+    ("plain_scope", "asyncio"): "#718096",
     ("ours", "trio"): "#63a4e8",
     ("plain", "trio"): "#a0aec0",
     ("plain_cp", "trio"): "#cbd5e0",
+    ("plain_scope", "trio"): "#cbd5e0",
 }
-NATIVE_TITLES = {"ours": "futoin_anyio", "plain": "plain AnyIO", "plain_cp": "plain + checkpoint"}
+NATIVE_TITLES = {
+    "ours": "futoin_anyio",
+    "plain": "plain AnyIO",
+    "plain_cp": "plain + checkpoint (c)",
+    "plain_scope": "plain + cancel scope (b, d)",
+}
 WIDTH = 860
 LABEL_W = 170
 BAR_H = 13
@@ -120,7 +127,10 @@ def _native_part(parts: list[str], y: int, tier: dict[str, Any]) -> int:
         f" awaiting promise(), against plain AnyIO ({escape(tier['mode'])} mode)</text>"
     )
     y += 28
-    y = _legend(parts, y, [(f"{NATIVE_TITLES[s]} {b}", c) for (s, b), c in NATIVE_BARS.items()])
+    legend: dict[str, list[str]] = {}  # colour -> titles: the variant sides share one
+    for (side, backend), colour in NATIVE_BARS.items():
+        legend.setdefault(colour, []).append(f"{NATIVE_TITLES[side]} {backend}")
+    y = _legend(parts, y, [(" or ".join(titles), c) for c, titles in legend.items()])
     by_id: dict[str, list[dict[str, Any]]] = {}
     for row in tier["rows"]:
         by_id.setdefault(row["id"], []).append(row)

@@ -6,7 +6,8 @@ From the repository root::
     python -m benchmarks.profile tasks --backend trio --top 15     # a native-tier row
 
 Scenarios: the FTN12 tier's and the AnyIO-native tier's rows (``benchmarks.native``);
-``--impl plain`` profiles the plain-AnyIO side (``plain_cp``: row ``tasks`` only).
+``--impl plain`` profiles the plain-AnyIO side (``plain_cp``: row ``tasks`` only;
+``plain_scope``: rows ``async_tasks`` and ``mutex_tasks``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ from benchmarks._worker import scenarios_of
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__)
     parser.add_argument("scenario", choices=(*SCENARIOS, *_native.ROWS))
-    parser.add_argument("--impl", default="futoin", choices=("futoin", "plain", "plain_cp"))
+    parser.add_argument(
+        "--impl", default="futoin", choices=("futoin", "plain", "plain_cp", "plain_scope")
+    )
     parser.add_argument("--backend", default="asyncio", choices=("asyncio", "trio"))
     parser.add_argument("-n", type=int, help="size (default: the quick-mode size)")
     parser.add_argument("--top", type=int, default=20)
@@ -51,8 +54,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{args.scenario} has no {side!r} side")
         func = _native.SIDES[args.scenario][side]
         n = args.n or _native.SIZES["full"][args.scenario]
-    elif args.impl == "plain_cp":
-        parser.error("--impl plain_cp: native row 'tasks' only")
+    elif args.impl in ("plain_cp", "plain_scope"):
+        parser.error(f"--impl {args.impl}: a side of native rows only")
     else:
         func = scenarios_of(args.impl)[args.scenario]
         n = args.n or SIZES["quick"][args.scenario][-1]

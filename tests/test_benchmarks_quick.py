@@ -250,6 +250,21 @@ def test_native_scenario_verifies(row: str, side: str, backend: str) -> None:
         assert record["seconds"] > 0
 
 
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_native_scope_side_uses_the_engines_scope_class(backend: str) -> None:
+    """The ``plain_scope`` sides bound what the contract's scope allows: they must pay for
+    the same scope class the engine enters around an inline ``async def`` step, no dearer."""
+    import anyio
+
+    from futoin_anyio._flow import scope_class
+
+    async def both() -> tuple[object, object]:
+        return _native._step_scope_type(), scope_class(backend)
+
+    ours, engines = anyio.run(both, backend=backend)
+    assert ours is engines
+
+
 def test_native_wrong_result_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     async def broken(n: int) -> Measurement:
         check(n == -1, f"broken: {n} != -1")
@@ -279,6 +294,8 @@ def _native_records() -> list[dict[str, Any]]:
         # row: {side: (asyncio, trio)}
         "async_loop": {"ours": (60.0, 40.0), "plain": (100.0, 100.0)},
         "tasks": {"ours": (90.0, 70.0), "plain": (100.0, 100.0), "plain_cp": (80.0, 70.0)},
+        "mutex_tasks": {"ours": (50.0, 85.0), "plain": (100.0, 100.0),
+                        "plain_scope": (95.0, 88.0)},
         "blocked_mem": {"ours": (5000.0, 6000.0), "plain": (4500.0, 4000.0)},
     }
     records = []
@@ -296,14 +313,22 @@ def _native_records() -> list[dict[str, Any]]:
 
 def test_native_ratios_targets_table_and_chart(tmp_path: Path) -> None:
     rows = native.build_rows(
-        _native_records(), ["asyncio", "trio"], ["async_loop", "tasks", "blocked_mem"]
+        _native_records(), ["asyncio", "trio"],
+        ["async_loop", "tasks", "mutex_tasks", "blocked_mem"],
     )
     by = {(r["id"], r["backend"]): r for r in rows}
     assert by["async_loop", "asyncio"]["ratio"] == pytest.approx(0.6)
     assert by["async_loop", "asyncio"]["status"] == "PASS"  # >= 0.5x
     assert by["async_loop", "trio"]["status"] == "FAIL"
-    assert by["tasks", "asyncio"]["ratio_cp"] == pytest.approx(90 / 80)
+    assert by["tasks", "asyncio"]["variants"]["plain_cp"]["ratio"] == pytest.approx(90 / 80)
+    assert by["tasks", "asyncio"]["variants"]["plain_cp"]["of_plain"] == pytest.approx(0.8)
     assert by["tasks", "trio"]["status"] == "FAIL"  # 0.7x < 0.8x, whatever plain_cp says
+    scope = by["mutex_tasks", "trio"]["variants"]["plain_scope"]
+    assert scope["ratio"] == pytest.approx(85 / 88)
+    assert scope["of_plain"] == pytest.approx(0.88)
+    assert by["mutex_tasks", "trio"]["status"] == "PASS"  # 0.85x >= 0.8x
+    assert by["mutex_tasks", "asyncio"]["status"] == "FAIL"
+    assert "variants" not in by["async_loop", "asyncio"]
     assert by["blocked_mem", "asyncio"]["cells"]["ours"]["value"] == 5000.0  # fewest bytes
     assert by["blocked_mem", "asyncio"]["delta"] == pytest.approx(500.0)
     assert by["blocked_mem", "asyncio"]["status"] == "PASS"  # <= plain + 1 KiB
@@ -314,7 +339,9 @@ def test_native_ratios_targets_table_and_chart(tmp_path: Path) -> None:
 
     markdown = native.render_markdown(rows)
     assert "| 10 | trio | 6,000 B | 4,000 B | +2,000 B | <= plain + 1,024 B | FAIL |" in markdown
-    assert "| 10 | asyncio | 90/s | 80/s | 1.12x |" in markdown
+    assert "| 10 | asyncio | 90/s | plain AnyIO + a checkpoint | 80/s | 1.12x | 0.80x |" in markdown
+    assert ("| 10 | trio | 85/s | plain AnyIO + the step's cancel scope | 88/s | 0.97x | 0.88x |"
+            in markdown)
 
     tier = {"mode": "tiny", "rounds": 2, "rows": rows, "targets": native.targets(rows)}
     result = json.loads(json.dumps({
