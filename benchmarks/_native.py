@@ -170,26 +170,7 @@ async def async_tasks_ours(n: int) -> Measurement:
     return rate(n, dt)
 
 
-async def async_tasks_plain(n: int) -> Measurement:
-    done = 0
-
-    async def fetch() -> int:
-        await checkpoint()
-        return 1
-
-    def use(v: int) -> None:
-        nonlocal done
-        done += v
-
-    async def one() -> None:
-        use(await fetch())
-
-    dt = await _time_tasks(n, one)
-    check(done == n, f"async_tasks: {done} != {n}")
-    return rate(n, dt)
-
-
-async def async_tasks_plain_scope(n: int) -> Measurement:
+async def _async_tasks_plain(n: int, scoped: bool) -> Measurement:
     done = 0
     scope_type = _step_scope_type()
 
@@ -202,13 +183,24 @@ async def async_tasks_plain_scope(n: int) -> Measurement:
         done += v
 
     async def one() -> None:
+        use(await fetch())
+
+    async def one_scoped() -> None:
         with scope_type():
             v = await fetch()
         use(v)
 
-    dt = await _time_tasks(n, one)
+    dt = await _time_tasks(n, one_scoped if scoped else one)
     check(done == n, f"async_tasks: {done} != {n}")
     return rate(n, dt)
+
+
+async def async_tasks_plain(n: int) -> Measurement:
+    return await _async_tasks_plain(n, False)
+
+
+async def async_tasks_plain_scope(n: int) -> Measurement:
+    return await _async_tasks_plain(n, True)
 
 
 # --------------------------------------------------------------------------- (c)
@@ -312,34 +304,33 @@ async def mutex_tasks_ours(n: int) -> Measurement:
     return rate(n, dt)
 
 
-async def mutex_tasks_plain(n: int) -> Measurement:
-    lock = anyio.Lock()
-    section = _Section()
-
-    async def one() -> None:
-        async with lock:
-            await section.hold()
-        section.done += 1
-
-    dt = await _time_tasks(n, one)
-    section.check(n)
-    return rate(n, dt)
-
-
-async def mutex_tasks_plain_scope(n: int) -> Measurement:
+async def _mutex_tasks_plain(n: int, scoped: bool) -> Measurement:
     lock = anyio.Lock()
     section = _Section()
     scope_type = _step_scope_type()
 
     async def one() -> None:
         async with lock:
+            await section.hold()
+        section.done += 1
+
+    async def one_scoped() -> None:
+        async with lock:
             with scope_type():
                 await section.hold()
         section.done += 1
 
-    dt = await _time_tasks(n, one)
+    dt = await _time_tasks(n, one_scoped if scoped else one)
     section.check(n)
     return rate(n, dt)
+
+
+async def mutex_tasks_plain(n: int) -> Measurement:
+    return await _mutex_tasks_plain(n, False)
+
+
+async def mutex_tasks_plain_scope(n: int) -> Measurement:
+    return await _mutex_tasks_plain(n, True)
 
 
 # --------------------------------------------------------------------------- (e)
