@@ -180,6 +180,13 @@ class Agent:
             self._task_group().start_soon(self._run, name=f"futoin redis agent {self.what}")
             self._running = True
 
+    async def prepare(self) -> None:
+        """Before an entry's first call: the background loops run, and this process's own
+        releases started so far have reached Redis (see :meth:`settled`)."""
+        self.start()
+        if self.pending:
+            await self.settled()
+
     def spawn(self, func: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run ``func(*args)`` (a release or leave) in the background; a failure is logged."""
         try:

@@ -88,9 +88,7 @@ class MutexCore(_Core):
 
     async def acquire(self) -> Waiter:
         agent = self.agent
-        agent.start()
-        if agent.pending:
-            await agent.settled()
+        await agent.prepare()
         w = agent.new_waiter(self)
         status, held, queued = await self._first_call(
             w, self._acquire, self.keys,
@@ -161,9 +159,7 @@ class ThrottleCore(_Core):
 
     async def acquire(self) -> None:
         agent = self.agent
-        agent.start()
-        if agent.pending:
-            await agent.settled()
+        await agent.prepare()
         w = agent.new_waiter(self)
         status, left, entries, queued = await self._first_call(
             w, self._acquire, self.keys,
@@ -214,8 +210,6 @@ class ThrottleCore(_Core):
         return [_text(t) for t in missing]
 
 
-
-
 class LimiterCore:
     """A place (a :class:`MutexCore`) and then the rate (a :class:`ThrottleCore`), asked for in
     one round trip when a place is free: one script takes the place and enters the rate or
@@ -230,9 +224,7 @@ class LimiterCore:
     async def acquire(self) -> Waiter:
         places, rate = self.places, self.rate
         agent = places.agent
-        agent.start()
-        if agent.pending:
-            await agent.settled()
+        await agent.prepare()
         wp = agent.new_waiter(places)
         wr = agent.new_waiter(rate)
         wr.event = Event()
