@@ -109,46 +109,43 @@ async def _ours_mutex(port: int, name: str, duration: float, rate: int, idx: int
         return _result(stamps, cpu0)
 
 
+async def _ring(name: str, duration: float, idx: int, blpop: Any, push: Any) -> Any:
+    """The lock-free floor: pass a token around 4 processes through Redis lists, stamping each
+    hand-off. ``blpop(key)`` and ``push(key)`` are the client's own calls."""
+    stamps: list[tuple[int, int]] = []
+    mine, nxt = f"{name}:ring:{idx}", f"{name}:ring:{(idx + 1) % 4}"
+    end = await _go() + duration
+    cpu0 = time.process_time()
+    if idx == 0:
+        await push(mine)
+    while time.time() < end:
+        if await blpop(mine) is None:
+            continue
+        t0 = time.time_ns()
+        t1 = time.time_ns()
+        stamps.append((t0, t1))
+        await push(nxt)
+    return _result(stamps, cpu0)
+
+
 async def _floor(port: int, name: str, duration: float, rate: int, idx: int) -> Any:
     import coredis
 
-    stamps: list[tuple[int, int]] = []
-    mine, nxt = f"{name}:ring:{idx}", f"{name}:ring:{(idx + 1) % 4}"
     async with coredis.Redis(host="127.0.0.1", port=port) as client:
-        end = await _go() + duration
-        cpu0 = time.process_time()
-        if idx == 0:
-            await client.rpush(mine, [b"t"])
-        while time.time() < end:
-            if await client.blpop([mine], timeout=0.5) is None:
-                continue
-            t0 = time.time_ns()
-            t1 = time.time_ns()
-            stamps.append((t0, t1))
-            await client.rpush(nxt, [b"t"])
-        return _result(stamps, cpu0)
+        return await _ring(name, duration, idx,
+                           lambda key: client.blpop([key], timeout=0.5),
+                           lambda key: client.rpush(key, [b"t"]))
 
 
 async def _floor_redispy(port: int, name: str, duration: float, rate: int, idx: int) -> Any:
     import redis.asyncio as aioredis
 
-    stamps: list[tuple[int, int]] = []
-    mine, nxt = f"{name}:ring:{idx}", f"{name}:ring:{(idx + 1) % 4}"
     client = aioredis.Redis(host="127.0.0.1", port=port)
     try:
         await client.ping()
-        end = await _go() + duration
-        cpu0 = time.process_time()
-        if idx == 0:
-            await client.rpush(mine, b"t")
-        while time.time() < end:
-            if await client.blpop([mine], timeout=0.5) is None:
-                continue
-            t0 = time.time_ns()
-            t1 = time.time_ns()
-            stamps.append((t0, t1))
-            await client.rpush(nxt, b"t")
-        return _result(stamps, cpu0)
+        return await _ring(name, duration, idx,
+                           lambda key: client.blpop([key], timeout=0.5),
+                           lambda key: client.rpush(key, b"t"))
     finally:
         await client.aclose()
 
