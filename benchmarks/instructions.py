@@ -1,0 +1,118 @@
+"""Instructions per item of the FTN12 and native scenarios, counted by callgrind.
+
+Wall time on a shared machine moves by several per cent from run to run; instruction counts of
+the same program do not. Each scenario runs twice under ``valgrind --tool=callgrind``, at a
+small and a large size, in a fresh process with a fixed hash seed; the difference of the two
+totals divided by the difference of the sizes is the cost of one item (a step, a root, a
+branch…), start-up and warm-up cancelled out. From the repository root::
+
+    python -m benchmarks.instructions                       # every scenario, both backends
+    python -m benchmarks.instructions --only seq,tasks --backend trio --json /tmp/after.json
+    python -m benchmarks.instructions --compare /tmp/before.json /tmp/after.json
+
+Needs ``valgrind`` (Debian package). A run of everything takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # ``python benchmarks/instructions.py``
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+#: Scenario -> (tier, small size, large size). Sizes keep one valgrind run under a minute.
+PLAN: dict[str, tuple[str, int, int]] = {
+    "seq": ("ftn12", 2_000, 22_000),
+    "chain": ("ftn12", 1_000, 11_000),
+    "instances": ("ftn12", 500, 5_500),
+    "parallel": ("ftn12", 500, 5_500),
+    "mutex": ("ftn12", 500, 5_500),
+    "errors": ("ftn12", 1_000, 11_000),
+    "async_loop": ("native", 500, 5_500),
+    "async_tasks": ("native", 300, 3_300),
+    "tasks": ("native", 500, 5_500),
+    "mutex_tasks": ("native", 300, 3_300),
+}
+
+_CHILD = """
+import sys, anyio
+from benchmarks._worker import scenarios_of
+from benchmarks import _native
+name, side, backend, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+if name in _native.SIDES:
+    func = _native.SIDES[name][side]
+else:
+    func = scenarios_of("futoin" if side == "ours" else side)[name]
+anyio.run(func, n, backend=backend)
+"""
+
+_TOTAL = re.compile(r"Collected : (\d+)")
+
+
+def count(name: str, side: str, backend: str, n: int) -> int:
+    """Instructions of one process running ``name`` at size ``n``."""
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+           sys.executable, "-c", _CHILD, name, side, backend, str(n)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                          cwd=Path(__file__).resolve().parent.parent, check=False)
+    found = _TOTAL.search(proc.stderr)
+    if proc.returncode != 0 or found is None:
+        raise RuntimeError(f"{name} n={n} on {backend} failed:\n{proc.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def per_item(name: str, side: str, backend: str) -> float:
+    _, small, large = PLAN[name]
+    return (count(name, side, backend, large) - count(name, side, backend, small)) / (large - small)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", help=f"comma-separated scenarios (default: {','.join(PLAN)})")
+    parser.add_argument("--backend", choices=("asyncio", "trio"),
+                        help="one backend (default: both)")
+    parser.add_argument("--side", default="ours",
+                        help="ours (default), plain, plain_cp or plain_scope (native rows)")
+    parser.add_argument("--json", help="write {scenario: {backend: instructions/item}} here")
+    parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
+                        help="print the ratio of two --json files and exit")
+    args = parser.parse_args(argv)
+    if args.compare:
+        before, after = (json.loads(Path(p).read_text()) for p in args.compare)
+        print("| scenario | backend | before | after | after/before |\n|---|---|---|---|---|")
+        for name, cells in after.items():
+            for backend, value in cells.items():
+                old = before.get(name, {}).get(backend)
+                ratio = f"{value / old:.3f}" if old else "n/a"
+                print(f"| {name} | {backend} | {old or 'n/a'} | {value:.0f} | {ratio} |")
+        return 0
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not installed (apt-get install valgrind)")
+    names = args.only.split(",") if args.only else list(PLAN)
+    unknown = [n for n in names if n not in PLAN]
+    if unknown:
+        parser.error(f"unknown scenarios: {', '.join(unknown)}")
+    backends = [args.backend] if args.backend else ["asyncio", "trio"]
+    result: dict[str, dict[str, float]] = {}
+    for name in names:
+        for backend in backends:
+            value = per_item(name, args.side, backend)
+            result.setdefault(name, {})[backend] = round(value)
+            print(f"{name:12} {backend:8} {value:12,.0f} instructions/item", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
