@@ -40,6 +40,7 @@ from ._flow import (
     _close_unstarted,
     _coroutine_done,
     _flow_deadline,
+    _has_running,
     _inline_cancelled,
     _judgeable_group,
     _on_timeout,
@@ -152,6 +153,7 @@ class _Driver:
         "_inline",
         "_inline_next",
         "_inline_scope",
+        "_joins",
         "_library",
         "_main",
         "_need_tg",
@@ -214,6 +216,9 @@ class _Driver:
         self._raw_tasks: set[_RawTask] = _EMPTY
         self._raw_idle: anyio.Event | None = None
         self._slept = False  # the driver yielded to the event loop (promise(): see there)
+        # What waits for coroutines to end (an unwinding paused at a parallel step, a halted
+        # branch, a root's cancel()): (flows, then), in the order they began to wait.
+        self._joins: list[tuple[list[_Flow], Callable[[], object]]] = _EMPTY
         self._library = "asyncio"  # the AnyIO backend's name, known once bound
 
     # -- driver ---------------------------------------------------------------------------------
@@ -505,8 +510,6 @@ class _Driver:
         try:
             with scope_type(deadline=deadline) if deadline != math.inf else scope_type() as scope:
                 self._inline_scope = scope
-                if self._ready or (self._timers and self._foreign_timers(flow)):
-                    self._start_helper()
                 while True:
                     self._inline_next = None
                     if step._status is not CORO or flow.root._status is CANCELLING:
@@ -515,6 +518,11 @@ class _Driver:
                         if step._status is CORO:
                             interrupted = step  # the root's cancel() waits for it: go on now
                         break
+                    # Work scheduled before this await (by the plain steps run since the last
+                    # one, too) has nobody else to run it while the caller awaits: a helper.
+                    if not self._helper and (
+                            self._ready or (self._timers and self._foreign_timers(flow))):
+                        self._start_helper()
                     # _await_step(), inlined: one coroutine frame less per blocked root.
                     self._inline = step
                     ext = step._ext
@@ -547,7 +555,7 @@ class _Driver:
                             # error wins, as in a task group, unless the root is being cancelled.
                             ext = step._ext
                             assert ext is not None
-                            if error is None or ext.on_end is not None:
+                            if error is None or flow.root._status is CANCELLING:
                                 interrupted = step
                             else:
                                 ext.pending = None
@@ -573,6 +581,29 @@ class _Driver:
                 await self._join_helper()
         if interrupted is not None and self._fatal is None:
             _inline_cancelled(self, interrupted)
+
+    def _join(self, flows: list[_Flow], then: Callable[[], object]) -> None:
+        """Call ``then()`` once no coroutine runs under ``flows`` any more (see
+        :meth:`_check_joins`)."""
+        joins = self._joins
+        if joins is _EMPTY:
+            joins = self._joins = []
+        joins.append((flows, then))
+
+    def _check_joins(self) -> None:
+        """A coroutine ended: call, in the order they began to wait, the ``then()`` of every
+        wait whose coroutines have all ended (an inner wait before the outer ones it is under).
+        """
+        joins = self._joins
+        i = 0
+        while i < len(joins):
+            flows, then = joins[i]
+            if _has_running(flows):
+                i += 1
+                continue
+            del joins[i]
+            then()
+            i = 0  # then() may have ended (closed) coroutines an earlier wait counts
 
     def _foreign_timers(self, flow: _Flow) -> bool:
         """Does the heap hold a live timer other than a ``set_timeout()`` of ``flow``?"""

@@ -129,6 +129,8 @@ def _on_timeout(frame: AsyncSteps) -> None:
     ext.timer = None
     flow = frame._flow
     assert flow is not None
+    if flow.finished:  # halted while its coroutines end (see _halt): the timer is moot
+        return
     exc = FutoInError(Errors.Timeout)
     state = frame.state
     state.error_info = None
@@ -361,26 +363,28 @@ class _Flow:
                 and self._unwind(code) is GO_ON):
             self.driver._schedule(self)
 
-    def _unwind(self, code: str) -> bool | None:
+    def _unwind(self, code: str, fresh: bool = True) -> bool | None:
         """Unwind from the innermost step outwards.
 
         :data:`GO_ON` if a handler recovered, :data:`FAILED` if the flow failed, :data:`PAUSED`
-        if the unwinding waits at a parallel step for the coroutine tasks of its cancelled
-        branches to end (it goes on by itself then, as a task group's exit waits for its
-        children).
+        if the unwinding waits at a parallel step for the coroutines of its cancelled branches
+        to end (it goes on by itself then, as a task group's exit waits for its children).
+        ``fresh``: the error starts here (not resumed, nor coming out of a branch), so
+        ``async_stack`` is its path.
         """
         stack = self.stack
         state = self.root.state
         self.args = _NO_ARGS  # steps an error handler adds start with no arguments
-        if code != Errors.LoopBreak and code != Errors.LoopCont:
-            state.async_stack = [f._func for f in stack[1:]]
+        if fresh and code != Errors.LoopBreak and code != Errors.LoopCont:
+            state.async_stack = _step_path(self)
         while len(stack) > 1:
             top = stack[-1]
             ext = top._ext
-            if ext is not None and ext.par is not None:
-                par = ext.par
-                ext.par = None
-                if par.stop_branches(None, partial(self._resume_unwind, code)):
+            if ext is not None and ext.par is not None and not ext.par.over:
+                # The run stays in ext.par while paused: whoever waits for the coroutines
+                # under this frame (an outer unwinding, cancel()) still finds them.
+                resume = partial(self._resume_unwind, code, self.loop_label)
+                if ext.par.stop_branches(None, resume):
                     top._status = FAILING
                     return PAUSED
             frame = stack.pop()
@@ -440,10 +444,13 @@ class _Flow:
         current = self.driver._current
         return current is not None and current.interrupt and current.root is self.root
 
-    def _resume_unwind(self, code: str) -> None:
+    def _resume_unwind(self, code: str, label: str | None = None) -> None:
+        """Go on unwinding ``code`` (with the loop ``label`` it carries): after a pause, or
+        coming out of a failed branch."""
         if self.finished or self.root._status is CANCELLING:
             return
-        if self._unwind(code) is GO_ON:
+        self.loop_label = label
+        if self._unwind(code, False) is GO_ON:
             self.driver._schedule(self)
 
     def _cancel_frame(self, frame: AsyncSteps, code: str | None) -> str | None:
@@ -489,13 +496,20 @@ class _Flow:
     # -- cancellation -------------------------------------------------------------------------
 
     def _cancel(self) -> None:
-        """Run the cancel handlers of every active step, innermost first; the flow ends.
-
-        The branches of a parallel step are cancelled before the step itself, depth first, with
-        an explicit list of flows rather than recursion: any depth of nesting is cancelled.
-        """
+        """Run the cancel handlers of every active step, innermost first; the flow ends."""
         if self.finished:
             return
+        self._cancel_frames()
+
+    def _cancel_frames(self) -> None:
+        """Pop every frame of this flow and of the branches nested in it, innermost first,
+        each with its cancel handler and cleanups (:meth:`_cancel_frame`).
+
+        Also the end of a flow halted by :func:`_halt`, once its coroutines have ended. The
+        branches of a parallel step are cancelled before the step itself, depth first, with an
+        explicit list of flows rather than recursion: any depth of nesting is cancelled. A
+        branch whose stack is empty has ended already (completed, failed or cancelled).
+        """
         self.finished = True
         todo = [self]
         while todo:
@@ -507,12 +521,12 @@ class _Flow:
                 if ext is not None and ext.par is not None:  # its branches first
                     par = ext.par
                     ext.par = None
-                    if not par.over:
-                        par.over = True
-                        for branch in reversed(par.flows):
-                            if not branch.finished:
-                                branch.finished = True
-                                todo.append(branch)
+                    par.over = True
+                    live = [branch for branch in reversed(par.flows) if branch.stack]
+                    if live:
+                        for branch in live:
+                            branch.finished = True
+                        todo.extend(live)
                         break
                 stack.pop()
                 frame._status = DONE
@@ -521,8 +535,9 @@ class _Flow:
                     self._cancel_frame(frame, None)
             else:
                 todo.pop()
-                stack[0]._status = DONE
-                stack[0]._queue = None  # steps that never ran go now (await_() closes its own)
+                if stack:
+                    stack[0]._status = DONE
+                    stack[0]._queue = None  # steps that never ran go now (await_() closes its own)
                 if flow.par is not None:
                     flow._drop_links()
 
@@ -545,25 +560,10 @@ class _Flow:
         if root._status is CANCELLING:
             if wait:
                 return
-        elif wait:
-            running: list[AsyncSteps] = []
-            _running_coroutines(self, running)
-            if running:
-                root._status = CANCELLING
-                pending = [len(running)]
-
-                def task_ended() -> None:
-                    pending[0] -= 1
-                    if not pending[0]:
-                        self.cancel_root(wait=False)
-
-                for step in running:
-                    ext = step._ext
-                    assert ext is not None
-                    ext.on_end = task_ended
-                    if ext.scope is not None:
-                        ext.scope.cancel()
-                return
+        elif wait and _stop_coroutines(self):
+            root._status = CANCELLING
+            self.driver._join([self], partial(self.cancel_root, False))
+            return
         self._cancel()
         self.result_code = Errors.Cancelled
         self._root_done()
@@ -709,7 +709,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     result: Any = None
     driver._task_started()
     try:
-        if step._status is not CORO or flow.root._status is CANCELLING:
+        if step._status is not CORO or flow.finished or flow.root._status is CANCELLING:
             # Cancelled before its task could start (the root's cancel() may be waiting for it).
             coro.close()
             return
@@ -724,10 +724,8 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     finally:
         ext.coro = None
         driver._task_ended()
-        on_end = ext.on_end
-        if on_end is not None:  # a parallel step's unwinding waits for this task
-            ext.on_end = None
-            driver._soon(on_end)
+        if driver._joins:  # an unwinding or a cancel() may wait for this coroutine
+            driver._soon(driver._check_joins)
     _coroutine_done(step, result, error, False)
 
 
@@ -750,8 +748,9 @@ def _coroutine_done(step: AsyncSteps, result: Any, error: BaseException | None,
     flow = step._flow
     ext = step._ext
     assert flow is not None and ext is not None
-    if flow.root._status is CANCELLING:
-        return False  # the root's cancel() waited for this coroutine: its cancel handlers run next
+    if flow.finished or flow.root._status is CANCELLING:
+        # Halted, or the root's cancel() waits for this coroutine: cancel handlers run next.
+        return False
     pending = ext.pending
     if pending is not None:  # a timeout or external error waited for this coroutine to end
         ext.pending = None
@@ -803,10 +802,8 @@ def _inline_cancelled(driver: _Driver, step: AsyncSteps) -> None:
     ext = step._ext
     flow = step._flow
     assert ext is not None and flow is not None
-    on_end = ext.on_end
-    if on_end is not None:
-        ext.on_end = None
-        on_end()
+    if driver._joins:
+        driver._check_joins()  # the root's cancel() waits for this coroutine
     if flow.root._status is CANCELLING or flow.finished:
         return
     pending = ext.pending
@@ -891,8 +888,13 @@ def _judge_group(group: BaseExceptionGroup[Any], state: State) -> str:
 
 
 def _running_coroutines(flow: _Flow, out: list[AsyncSteps]) -> None:
-    """Collect the coroutine steps of ``flow`` and of the parallel branches nested in it (an
-    explicit list of flows, not recursion: any depth of nesting)."""
+    """Collect the coroutine steps of ``flow`` and of the parallel branches nested in it whose
+    coroutine has not ended (an explicit list of flows, not recursion: any depth of nesting).
+
+    A branch is searched as long as it holds frames: a parallel step whose unwinding is paused
+    keeps its run (``ext.par``), and its halted branches keep their frames until their
+    coroutines end, so whoever waits for the coroutines under a frame finds them all.
+    """
     todo = [flow]
     while todo:
         for frame in todo.pop().stack:
@@ -902,6 +904,62 @@ def _running_coroutines(flow: _Flow, out: list[AsyncSteps]) -> None:
             if frame._status is CORO and ext.coro is not None:
                 out.append(frame)
             par = ext.par
-            if par is not None and not par.over:
-                todo.extend(branch for branch in par.flows if not branch.finished)
+            if par is not None:
+                todo.extend(branch for branch in par.flows if branch.stack)
+
+
+def _has_running(flows: list[_Flow]) -> bool:
+    running: list[AsyncSteps] = []
+    for flow in flows:
+        _running_coroutines(flow, running)
+        if running:
+            return True
+    return False
+
+
+def _stop_coroutines(flow: _Flow) -> bool:
+    """Cancel the coroutines still running under ``flow`` (close those whose task has not
+    started: they never run). ``True`` if some are still ending."""
+    running: list[AsyncSteps] = []
+    _running_coroutines(flow, running)
+    ending = False
+    for step in running:
+        ext = step._ext
+        assert ext is not None
+        scope = ext.scope
+        if scope is not None:
+            scope.cancel()
+            ending = True
+        else:
+            coro = ext.coro
+            assert coro is not None
+            ext.coro = None
+            coro.close()
+    return ending
+
+
+def _halt(flow: _Flow) -> None:
+    """Make ``flow`` and every branch nested in it stand still, frames kept: nothing of them
+    runs on (a coroutine that ends, a timer, a step) until :meth:`_Flow._cancel_frames`
+    unwinds them, once their coroutines have ended."""
+    todo = [flow]
+    while todo:
+        current = todo.pop()
+        current.finished = True
+        for frame in current.stack:
+            ext = frame._ext
+            if ext is not None and ext.par is not None:
+                todo.extend(branch for branch in ext.par.flows if branch.stack)
+
+
+def _step_path(flow: _Flow) -> list[object]:
+    """The callables of the active steps from the root to the innermost step of ``flow``,
+    through the parallel steps and branches it is nested in."""
+    parts: list[list[object]] = []
+    current: _Flow | None = flow
+    while current is not None:
+        parts.append([frame._func for frame in current.stack[1:]])
+        par = current.par
+        current = par.frame._flow if par is not None else None
+    return [func for part in reversed(parts) for func in part]
 

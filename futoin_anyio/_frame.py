@@ -47,8 +47,8 @@ _NO_ARGS: tuple[Any, ...] = ()
 class _Ext:
     """The rarely used parts of a frame."""
 
-    __slots__ = ("cleanups", "coro", "deadline", "exit_arg", "loop", "on_end", "on_exit",
-                 "oncancel", "par", "pending", "scope", "timer", "waiting")
+    __slots__ = ("cleanups", "coro", "deadline", "exit_arg", "loop", "on_exit", "oncancel",
+                 "par", "pending", "scope", "timer", "waiting")
 
     def __init__(self) -> None:
         self.waiting = False
@@ -60,7 +60,6 @@ class _Ext:
         self.scope: CancelScope | None = None
         self.coro: Coroutine[Any, Any, Any] | None = None
         self.pending: str | None = None
-        self.on_end: Callable[[], None] | None = None  # called when the coroutine task ends
         self.cleanups: list[tuple[Callable[[Any], object] | None, Any]] | None = None
         #: ``on_exit(exit_arg)`` is called once when the frame leaves the stack, however it
         #: ends, after the cleanups: the entry of a sync primitive (``_mutex``) leaves through it.

@@ -77,12 +77,10 @@ def _loop_onerror(asi: AsyncSteps, code: str) -> None:
     assert frame is not None and flow is not None and frame._ext is not None
     run = frame._ext.loop
     assert run is not None
-    root_flow = flow.root._flow
-    assert root_flow is not None
-    label = root_flow.loop_label
+    label = flow.loop_label
     if label is not None and label != run.label:
         return
-    root_flow.loop_label = None
+    flow.loop_label = None
     if code == Errors.LoopBreak:
         run.it = iter(())
     asi.success()

@@ -9,7 +9,7 @@ from functools import partial
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
-from ._flow import _Flow, _new_frame, _running_coroutines
+from ._flow import _Flow, _halt, _new_frame, _stop_coroutines
 from ._frame import (
     _NO_ARGS,
     DONE,
@@ -98,15 +98,13 @@ class ParallelSteps:
 class _ParallelRun:
     """One execution of a parallel step: its branch flows, joined by a counter."""
 
-    __slots__ = ("flows", "frame", "over", "remaining", "tasks", "then")
+    __slots__ = ("flows", "frame", "over", "remaining")
 
     def __init__(self, frame: AsyncSteps, count: int) -> None:
         self.frame = frame
         self.flows: list[_Flow] = []
         self.remaining = count
-        self.over = False
-        self.tasks = 0  # coroutine tasks of cancelled branches still ending
-        self.then: Callable[[], None] | None = None
+        self.over = False  # completed, or its branches are stopped
 
     def branch_done(self) -> None:
         self.remaining -= 1
@@ -127,36 +125,39 @@ class _ParallelRun:
         if self.over:
             return
         frame = self.frame
-        assert frame._ext is not None
-        frame._ext.par = None
         parent = frame._flow
         assert parent is not None
-        if self.stop_branches(failed, partial(parent._resume_unwind, code)):
-            frame._status = FAILING  # not completable while its branches' tasks end
+        # A loop signal carries its label out of the branch that raised it.
+        label = failed.loop_label
+        if self.stop_branches(failed, partial(parent._resume_unwind, code, label)):
+            frame._status = FAILING  # not completable while its branches' coroutines end
         else:
-            _unwind_later(parent, code)
+            _unwind_later(parent, code, label)
 
     def stop_branches(self, failed: _Flow | None, then: Callable[[], None]) -> bool:
-        """Cancel every live branch (cancel handlers run, innermost first).
+        """Cancel every live branch but ``failed``: each one's cancel handlers run, innermost
+        first, once the coroutines in it have ended (so a section it holds is left only then).
 
-        ``True`` if coroutine tasks of those branches are still ending: ``then()`` is called
-        once the last one has.
+        ``True`` if some coroutines are still ending: ``then()`` is called after the last one
+        has, and after the cancel handlers of every branch.
         """
         if self.over:
             return False
         self.over = True
-        running: list[AsyncSteps] = []
+        halted: list[_Flow] = []
+        driver = self.frame._flow.driver  # type: ignore[union-attr]
         for flow in self.flows:
-            if flow is not failed and not flow.finished:
-                _running_coroutines(flow, running)
+            if flow is failed or flow.finished:
+                continue
+            if _stop_coroutines(flow):
+                _halt(flow)
+                halted.append(flow)
+                driver._join([flow], flow._cancel_frames)
+            else:
                 flow._cancel()
-        if not running:
+        if not halted:
             return False
-        self.tasks = len(running)
-        self.then = then
-        for step in running:
-            assert step._ext is not None
-            step._ext.on_end = self._task_ended
+        driver._join(halted, then)
         return True
 
     def cancel_branches(self) -> None:
@@ -167,29 +168,22 @@ class _ParallelRun:
         for flow in self.flows:
             flow._cancel()
 
-    def _task_ended(self) -> None:
-        self.tasks -= 1
-        then = self.then
-        if not self.tasks and then is not None:
-            self.then = None
-            then()
-
 
 _unwinding = threading.local()
 
 
-def _unwind_later(parent: _Flow, code: str) -> None:
-    """``parent._resume_unwind(code)``, but a failure that crosses nested parallel steps unwinds
-    one level after the other from here, not by recursion: any depth of nesting fails."""
-    chain: deque[tuple[_Flow, str]] | None = getattr(_unwinding, "chain", None)
+def _unwind_later(parent: _Flow, code: str, label: str | None) -> None:
+    """``parent._resume_unwind(code, label)``, but a failure that crosses nested parallel steps
+    unwinds one level after the other from here, not by recursion: any depth of nesting fails."""
+    chain: deque[tuple[_Flow, str, str | None]] | None = getattr(_unwinding, "chain", None)
     if chain is not None:  # an outer call is unwinding: it takes this level next
-        chain.append((parent, code))
+        chain.append((parent, code, label))
         return
-    chain = _unwinding.chain = deque([(parent, code)])
+    chain = _unwinding.chain = deque([(parent, code, label)])
     try:
         while chain:
-            flow, flow_code = chain.popleft()
-            flow._resume_unwind(flow_code)
+            flow, flow_code, flow_label = chain.popleft()
+            flow._resume_unwind(flow_code, flow_label)
     finally:
         _unwinding.chain = None
 

@@ -512,10 +512,9 @@ class AsyncSteps:
             _wrong_thread("break_loop()" if code == Errors.LoopBreak else "continue_loop()")
         flow = self._flow
         assert flow is not None
-        # Kept on the root flow: the signal may cross parallel branches on its way out.
-        root_flow = flow.root._flow
-        assert root_flow is not None
-        root_flow.loop_label = label
+        # Kept on the flow (root or branch) that raised it; a failing branch hands it to its
+        # parent flow as the signal crosses the parallel step on its way out.
+        flow.loop_label = label
         self.state.error_info = None
         raise FutoInError(code)
 

@@ -355,7 +355,8 @@ async def _settle() -> None:
 
 
 async def test_failing_branch_waits_for_sibling_coroutines_before_parallel_onerror() -> None:
-    """Task-group semantics: the cancelled siblings' tasks end before the error goes on."""
+    """Task-group semantics: the cancelled siblings' coroutines end, then their cancel handlers
+    run (as under ``cancel()`` and a timeout), before the error goes on."""
     log: list[str] = []
     started = anyio.Event()
 
@@ -378,7 +379,7 @@ async def test_failing_branch_waits_for_sibling_coroutines_before_parallel_onerr
     asi.add(lambda asi: log.append("must not run"))
     with pytest.raises(FutoInError, match="Boom"):
         await asi.promise()
-    assert log == ["sibling cancel handler", "sibling task ended", "par onerror Boom"]
+    assert log == ["sibling task ended", "sibling cancel handler", "par onerror Boom"]
 
 
 async def test_error_unwinding_through_parallel_waits_for_branch_coroutines() -> None:
