@@ -376,7 +376,8 @@ class _Flow:
         state = self.root.state
         self.args = _NO_ARGS  # steps an error handler adds start with no arguments
         if fresh and code != Errors.LoopBreak and code != Errors.LoopCont:
-            state.async_stack = _step_path(self)
+            state.async_stack = (
+                [f._func for f in stack[1:]] if self.par is None else _step_path(self))
         while len(stack) > 1:
             top = stack[-1]
             ext = top._ext
