@@ -41,6 +41,11 @@ def test_random_programs_keep_the_invariants(backend: str) -> None:
     _check(run(backend, SEED, programs), programs)
 
 
+# coredis leaves the memory streams of a request that failed (its first EVALSHA of a script
+# the server has not loaded yet answers NoScriptError) unclosed: a ResourceWarning when the
+# collector finds them, at a moment of its choosing. Not ours (tests/test_redis_limits.py too).
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_random_programs_with_a_redis_mutex(backend: str, redis_server: Any) -> None:
     pytest.importorskip("coredis")
