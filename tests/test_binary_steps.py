@@ -16,6 +16,7 @@ import trio.testing
 from futoin_anyio import AsyncSteps, AsyncTool, FutoInError
 from futoin_anyio.binary import _bridge, _ours
 from futoin_anyio.binary._values import (
+    _KEEP,
     FTN_TYPE_ARRAY,
     FTN_TYPE_BOOL,
     FTN_TYPE_CUSTOM_OBJECT,
@@ -116,6 +117,32 @@ async def test_c_emits_every_type(c: ModuleType, flags: int, expected: Any) -> N
     assert getattr(got[0], "flags", flags if type(got[0]) is type(expected) else None) == flags
     assert stats(c).value_cleanups == 1  # we received it: its cleanup ran exactly once
 
+
+# every width that arrives as a width class (_values._KEEP): INT64, DOUBLE and UTF-8 stay plain
+KEPT = [(f, v) for f, v in FROM_C if f in _KEEP]
+
+
+def test_every_width_class_is_covered() -> None:
+    assert {f for f, _ in KEPT} == set(_KEEP)
+
+
+@pytest.mark.parametrize(("flags", "expected"), KEPT, ids=[hex(f) for f, _ in KEPT])
+async def test_width_classes_print_as_their_plain_value(
+    c: ModuleType, flags: int, expected: Any
+) -> None:
+    # issue 28: a log line f"got {x}" shows the value; repr() keeps the width
+    got: list[Any] = []
+    await run(cstep(c, "c_emit", flags), lambda asi, value: got.append(value))
+    (x,) = got
+    plain = type(expected)(x)
+    assert type(x) is _KEEP[flags] and type(plain) is type(expected)
+    assert str(x) == f"{x}" == format(x) == str(plain)
+    assert f"{x!s}" == str(plain) and f"got {x}" == f"got {plain}"
+    specs = {int: [">12", "x", ",", "+d"], float: [".2f", ">8", "e"], str: [">12", "^9", ".2"]}
+    for spec in specs[type(expected)]:
+        assert format(x, spec) == format(plain, spec), spec
+    assert repr(x) == f"{type(x).__name__}({plain!r})"
+    assert repr(x) != repr(plain)
 
 async def test_c_custom_object_lives_until_released(c: ModuleType) -> None:
     got: list[Any] = []
