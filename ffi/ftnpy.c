@@ -258,9 +258,9 @@ static bool ftnpy_htool_is_valid(const FtnPyHandleTool* self, FutoInHandle* h)
 /* every other slot: a Handle never calls them (they are the reference's own tool's) */
 static void ftnpy_htool_unsupported(void)
 {
-    ftnpy_py_misuse("IAsyncTool",
-            "only cancel() and is_valid() of the IAsyncTool behind a FutoInHandle's data2 "
-            "may be called");
+    ftnpy_py_misuse("IAsyncTool::<virtual>",
+            "only cancel() and is_valid() may be called on the IAsyncTool behind a "
+            "FutoInHandle's data2 (a scheduler handle of futoin_anyio)");
 }
 
 /* #include "ftnpy_table.h" above defined FTNPY_HTOOL_NSLOTS and FTNPY_HTOOL_VTABLE_INIT */

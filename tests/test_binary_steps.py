@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 import trio.testing
+from futoin_anyio.binary._ffi import ffi, lib
 
 from futoin_anyio import AsyncSteps, AsyncTool, FutoInError
 from futoin_anyio.binary import _bridge, _ours
@@ -441,3 +442,61 @@ async def test_cancelled_sched_deferred_holds_nothing(c: ModuleType) -> None:
     assert failed == []
     assert stats(c).sched_fired == 20  # each root's sched_immediate completed it
     assert "cancelled sched fired" not in log(c)
+
+
+HTOOL_CANCEL = "void (*)(void *, FutoInHandle *)"
+HTOOL_IS_VALID = "bool (*)(void *, FutoInHandle *)"
+
+
+def _slot(handle: Any, index: int, ctype: str) -> Any:
+    """The function in vtable slot ``index`` of ``handle.data2``, found as C++ finds it."""
+    vtable = ffi.cast("void **", ffi.cast("void ***", handle.data2)[0])
+    return ffi.cast(ctype, vtable[index])
+
+
+async def test_handles_dispatch_through_their_iasynctool_vtable() -> None:
+    """Issue 28 without a C++ compiler: what the reference's IAsyncTool::Handle does with our
+    handles (cancel() and operator bool call slots of data2's vtable), done from C types."""
+    fired: list[int] = []
+    cb = ffi.callback("void (void *)", lambda data: fired.append(int(ffi.cast("intptr_t", data))))
+    seen: list[Any] = []
+
+    def use(asi: AsyncSteps) -> None:
+        b = asi.binary()
+        h1, h2 = (
+            ffi.new("FutoInHandle *", b.api.sched_deferred(b, 20, ffi.cast("void *", i), cb))
+            for i in (1, 2)
+        )
+        assert h1.data1 == h1.data2 == lib.ftnpy_htool_ptr() and h1.data3 != h2.data3
+        cancel = _slot(h1, lib.FTNPY_HTOOL_SLOT_CANCEL, HTOOL_CANCEL)
+        is_valid = _slot(h1, lib.FTNPY_HTOOL_SLOT_IS_VALID, HTOOL_IS_VALID)
+        copy = ffi.new("FutoInHandle *", h1[0])
+        seen.append(is_valid(h1.data2, h1))
+        cancel(h1.data2, h1)
+        seen.extend([h1.data1 == ffi.NULL, is_valid(h1.data2, h1), is_valid(copy.data2, copy)])
+        cancel(copy.data2, copy)  # the timer is gone: a no-op
+        seen.append(bool(b.api.sched_is_valid(b, copy)))  # the table agrees
+        asi.state["kept"] = h2
+
+    async def wait(asi: AsyncSteps) -> None:
+        await anyio.sleep(0.1)  # the timers run in this root's driver
+        h2 = asi.state["kept"]
+        seen.append(_slot(h2, lib.FTNPY_HTOOL_SLOT_IS_VALID, HTOOL_IS_VALID)(h2.data2, h2))
+
+    await run(use, wait)
+    assert seen == [True, True, False, False, False, False]
+    assert fired == [2]  # the cancelled timer never fired, the other did
+
+
+async def test_other_iasynctool_slots_report_a_misuse(caplog: pytest.LogCaptureFixture) -> None:
+    # a Handle never calls them; called anyway (here outside any C callback), it is an error
+    # that says what happened, never a crash
+    handle = ffi.new("FutoInHandle *")
+    handle.data2 = lib.ftnpy_htool_ptr()
+    await anyio.lowlevel.checkpoint()
+    for index in range(lib.FTNPY_HTOOL_NSLOTS):
+        if index not in (lib.FTNPY_HTOOL_SLOT_CANCEL, lib.FTNPY_HTOOL_SLOT_IS_VALID):
+            _slot(handle, index, "void (*)(void)")()
+    messages = [r.getMessage() for r in caplog.records if r.name == "futoin_anyio"]
+    assert len(messages) == lib.FTNPY_HTOOL_NSLOTS - 2
+    assert all("only cancel() and is_valid()" in m for m in messages), messages
