@@ -4,8 +4,9 @@ Used by ``setup.py`` (``cffi_modules``); ``python ffi/build.py`` builds the exte
 for development. Inputs, all in this folder: ``futoin_cdef.h`` (the spec's declarations in
 cffi's dialect), ``ftnpy_cdef.h`` (our side), ``ftnpy.c`` (the C implementation, compiled as
 itself so compiler errors point into it) and ``table.py`` (the 25 table functions, from
-which ``ftnpy_table.h`` — our generic table functions — and the calls into foreign tables are
-generated, with their cffi declarations).
+which ``ftnpy_table.h`` — our generic table functions, and the vtable of the C++ ``IAsyncTool``
+behind our scheduler handles — and the calls into foreign tables are generated, with their cffi
+declarations).
 """
 
 from __future__ import annotations
@@ -31,6 +32,20 @@ def _read(name: str) -> str:
         return f.read()
 
 
+# Our scheduler handles are dispatchable by the C++ reference's IAsyncTool::Handle under the
+# Itanium C++ ABI only (see IASYNCTOOL_VTABLE in table.py): say so when building for Windows,
+# whose C++ compilers (MSVC, clang-cl) use the MSVC ABI.
+if sys.platform == "win32" or os.name == "nt":
+    import warnings
+
+    warnings.warn(
+        "futoin_anyio: building for Windows, where C++ uses the MSVC ABI: a C++ "
+        "IAsyncTool::Handle made from our scheduler handles cannot cancel or test them "
+        "(Itanium C++ ABI layout, see ffi/table.py); C and C++ code must use the table's "
+        "sched_cancel / sched_is_valid there",
+        stacklevel=1,
+    )
+
 # generated header, in a folder of this build only (never in the source tree)
 GENERATED = tempfile.mkdtemp(prefix="futoin_anyio_ffi-")
 atexit.register(shutil.rmtree, GENERATED, True)
@@ -38,7 +53,13 @@ with open(os.path.join(GENERATED, "ftnpy_table.h"), "w", encoding="utf-8") as _f
     _f.write(table.ours_csource())
 
 ffi = FFI()
-ffi.cdef(_read("futoin_cdef.h") + _read("ftnpy_cdef.h") + table.ours_cdef() + table.cdef())
+ffi.cdef(
+    _read("futoin_cdef.h")
+    + _read("ftnpy_cdef.h")
+    + table.ours_cdef()
+    + table.cdef()
+    + table.htool_cdef()
+)
 ffi.set_source(
     "futoin_anyio.binary._ffi",
     '#include "ftnpy.c"\n\n/* calls into foreign tables, generated from ffi/table.py */\n'

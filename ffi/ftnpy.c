@@ -196,7 +196,7 @@ static int ftnpy_is_valid(FutoInAsyncSteps* bsi)
 
 static FutoInHandle ftnpy_sched_immediate(FutoInAsyncSteps* bsi, void* data, ftnpy_sched_f cb)
 {
-    FutoInHandle out = { NULL, NULL, 0 };
+    FutoInHandle out = { NULL, NULL, 0 }; /* Python fills it (see ftnpy_htool below) */
     FTNPY_SELF("sched_immediate");
     if (s) ftnpy_py_sched(s->handle, 0, 0, data, cb, &out);
     return out;
@@ -214,6 +214,69 @@ static FutoInHandle ftnpy_sched_deferred(FutoInAsyncSteps* bsi, uint32_t ms, voi
 static const FutoInAsyncStepsAPI ftnpy_api = { { {
     FTNPY_API_INIT
 } } };
+
+/* --- scheduler handles as a C++ IAsyncTool ----------------------------
+ *
+ * data1 and data2 of every handle sched_immediate()/sched_deferred() return point at
+ * ftnpy_htool, data3 is the timer's id: the reference's C++ IAsyncTool::Handle made from it
+ * calls cancel()/is_valid() through data2 as virtual functions. Layout, slot order and the
+ * Itanium C++ ABI this relies on: IASYNCTOOL_VTABLE in ffi/table.py (FTNPY_HTOOL_* below are
+ * generated from it). The object is static and never changes: a Handle that C++ keeps after
+ * its timer ended still dispatches to it, and only finds the timer gone. */
+#if defined(_WIN32)
+#pragma message("futoin_anyio: scheduler handles are laid out for the Itanium C++ ABI (GCC, Clang on Linux and macOS); a C++ IAsyncTool::Handle compiled with the MSVC ABI cannot cancel or test them: use sched_cancel / sched_is_valid of the table")
+#define FTNPY_HTOOL_ITANIUM 0
+#else
+#define FTNPY_HTOOL_ITANIUM 1
+#endif
+
+typedef void (*ftnpy_htool_slot_f)(void);
+
+typedef struct {
+    const ftnpy_htool_slot_f* vptr; /* the vtable's address point: its first slot */
+} FtnPyHandleTool;
+
+static void ftnpy_py_htool_cancel(FutoInHandle*);
+static int ftnpy_py_htool_is_valid(FutoInHandle*);
+
+/* virtual void IAsyncTool::cancel(Handle& h) noexcept */
+static void ftnpy_htool_cancel(const FtnPyHandleTool* self, FutoInHandle* h)
+{
+    (void)self;
+    if (!h) return; /* a C++ reference is never NULL; a C caller may pass one */
+    ftnpy_py_htool_cancel(h);
+    h->data1 = NULL; /* as the reference's own tool: Handle::reset() after cancel */
+}
+
+/* virtual bool IAsyncTool::is_valid(Handle& h) noexcept */
+static bool ftnpy_htool_is_valid(const FtnPyHandleTool* self, FutoInHandle* h)
+{
+    (void)self;
+    return h && h->data1 && ftnpy_py_htool_is_valid(h) != 0;
+}
+
+/* every other slot: a Handle never calls them (they are the reference's own tool's) */
+static void ftnpy_htool_unsupported(void)
+{
+    ftnpy_py_misuse("IAsyncTool::<virtual>",
+            "only cancel() and is_valid() may be called on the IAsyncTool behind a "
+            "FutoInHandle's data2 (a scheduler handle of futoin_anyio)");
+}
+
+/* #include "ftnpy_table.h" above defined FTNPY_HTOOL_NSLOTS and FTNPY_HTOOL_VTABLE_INIT */
+static const struct {
+    ptrdiff_t offset_to_top;
+    const void* rtti;
+    ftnpy_htool_slot_f slots[FTNPY_HTOOL_NSLOTS];
+} ftnpy_htool_vtable = { 0, NULL, { FTNPY_HTOOL_VTABLE_INIT } };
+
+static const FtnPyHandleTool ftnpy_htool = { ftnpy_htool_vtable.slots };
+
+/* the value of data1 and data2 of our handles */
+void* ftnpy_htool_ptr(void)
+{
+    return (void*)&ftnpy_htool;
+}
 
 FutoInAsyncSteps* ftnpy_asi_init(FtnPyAsyncSteps* s, void* handle)
 {

@@ -34,6 +34,11 @@ void ftnpy_reset(FutoInBinaryValue* v);
 void ftnpy_reset_args(FutoInArgs* args);
 int ftnpy_flags(const FutoInBinaryValue* v);
 
+/* scheduler handles as a C++ IAsyncTool (layout: IASYNCTOOL_VTABLE in table.py); the slot
+ * indices FTNPY_HTOOL_SLOT_* are generated from it by build.py */
+#define FTNPY_HTOOL_ITANIUM ...
+void* ftnpy_htool_ptr(void);
+
 /* C callbacks, called from Python */
 void ftnpy_call_exec(FutoInAsyncSteps_execute_callback f, FutoInAsyncSteps* bsi, void* data,
         const FutoInArgs* args);
@@ -60,6 +65,9 @@ extern "Python" {
     int ftnpy_py_is_valid(void* h);
     void ftnpy_py_sched(void* h, int deferred, uint32_t ms, void* data, ftnpy_sched_f cb,
             FutoInHandle* out);
+    /* the cancel / is_valid slots of the C++ IAsyncTool behind our handles' data2 */
+    void ftnpy_py_htool_cancel(FutoInHandle* handle);
+    int ftnpy_py_htool_is_valid(FutoInHandle* handle);
     void ftnpy_py_misuse(const char* func, const char* what);
     void ftnpy_py_release(FutoInBinaryValue* v);
     /* our FutoInSync table */

@@ -119,6 +119,79 @@ TABLE: tuple[Entry, ...] = (
 )
 
 
+# --- scheduler handles as a C++ IAsyncTool ----------------------------------------------------
+#
+# sched_immediate()/sched_deferred() return a FutoInHandle that C++ code written against the
+# reference (core-cpp-api 0.3.4, futoin/iasynctool.hpp) turns into an IAsyncTool::Handle:
+# ``internal_ = data1``, ``async_tool_ = data2``, ``cookie_ = data3``. Its cancel() and
+# ``operator bool`` are C++ virtual calls through data2: ``async_tool_->cancel(*this)``,
+# ``async_tool_->is_valid(*this)``. So data1 and data2 point at one static C object of ftnpy.c
+# (``ftnpy_htool``) laid out as a C++ object of a class derived from IAsyncTool under the
+# Itanium C++ ABI (GCC and Clang on Linux, macOS, the BSDs; also the ARM variant):
+#
+#   ftnpy_htool:           { vptr }          one pointer, at offset 0 (no data members)
+#   vptr -> vtable slots:  IASYNCTOOL_VTABLE, one function pointer each, in this order;
+#                          before them, as in any Itanium vtable, offset-to-top (0) and the
+#                          RTTI pointer (NULL: nothing may use typeid/dynamic_cast on it)
+#
+# A virtual member function is called as a C function with ``this`` first (x86-64 SysV,
+# i386 cdecl, AArch64, ARM AAPCS), and ``Handle&`` is passed as a pointer to three
+# pointer-sized fields in FutoInHandle's order, so
+#   cancel:    void ftnpy_htool_cancel(const FtnPyHandleTool* self, FutoInHandle* h)
+#   is_valid:  bool ftnpy_htool_is_valid(const FtnPyHandleTool* self, FutoInHandle* h)
+# call back into our scheduler (as sched_cancel / sched_is_valid of our table do) with
+# data3, the id of the timer; cancel then empties the handle (data1 = NULL), as the
+# reference's own tool does with Handle::reset(). The other slots are never reached through a
+# Handle (its only virtual calls are these two); they report a misuse and return.
+#
+# The order is the header's: the virtual destructor (two slots under Itanium: complete and
+# deleting destructor), then the virtual functions in declaration order. tests/test_binary_table
+# checks it against the header's text and, with a C++ compiler, against a compiled probe that
+# reads each slot from the pointer-to-member-function representation (the ABI's own answer).
+#
+# The MSVC ABI (Windows) lays vtables out differently (one destructor slot) and calls member
+# functions with ``thiscall`` on x86: there a C++ Handle cannot dispatch to this object.
+# build.py warns when building for Windows; ftnpy.c says so with #pragma message.
+
+IASYNCTOOL_VTABLE: tuple[str, ...] = (
+    "~IAsyncTool",  # complete object destructor (D1)
+    "~IAsyncTool (deleting)",  # deleting destructor (D0)
+    "immediate",
+    "deferred",
+    "is_same_thread",
+    "iterate",
+    "mem_pool",
+    "release_memory",
+    "cancel",
+    "is_valid",
+)
+
+#: slots of IASYNCTOOL_VTABLE that do something: the C function each one holds
+HTOOL_IMPL: dict[str, str] = {"cancel": "ftnpy_htool_cancel", "is_valid": "ftnpy_htool_is_valid"}
+
+
+def htool_csource() -> str:
+    """Slot indices (FTNPY_HTOOL_SLOT_*) and the initialiser of the handle tool's vtable."""
+    out = []
+    for i, name in enumerate(IASYNCTOOL_VTABLE):
+        if name.isidentifier():
+            out.append(f"#define FTNPY_HTOOL_SLOT_{name.upper()} {i}")
+    out.append(f"#define FTNPY_HTOOL_NSLOTS {len(IASYNCTOOL_VTABLE)}")
+    init = " \\\n".join(
+        f"    (ftnpy_htool_slot_f){HTOOL_IMPL.get(name, 'ftnpy_htool_unsupported')}, /* {name} */"
+        for name in IASYNCTOOL_VTABLE
+    )
+    out.append(f"#define FTNPY_HTOOL_VTABLE_INIT \\\n{init}")
+    return "\n".join(out) + "\n"
+
+
+def htool_cdef() -> str:
+    """The slot indices, as integer constants of the extension (``lib.FTNPY_HTOOL_SLOT_*``)."""
+    names = [n for n in IASYNCTOOL_VTABLE if n.isidentifier()]
+    consts = "".join(f"#define FTNPY_HTOOL_SLOT_{n.upper()} ...\n" for n in names)
+    return consts + "#define FTNPY_HTOOL_NSLOTS ...\n"
+
+
 #: entries whose table function is written by hand in ftnpy.c: success() resets the values it
 #: owns on misuse, isValid() answers on a freed pointer, the scheduler returns a FutoInHandle
 CUSTOM = frozenset({"success", "is_valid", "sched_immediate", "sched_deferred"})
@@ -149,6 +222,7 @@ def ours_csource() -> str:
         out.append(f'{head}\n{{\n    FTNPY_SELF("{e.field}");\n{body}\n}}')
     init = " \\\n".join(f"    ftnpy_{e.name}," for e in TABLE)
     out.append(f"#define FTNPY_API_INIT \\\n{init}")
+    out.append(htool_csource())
     return "\n\n".join(out) + "\n"
 
 

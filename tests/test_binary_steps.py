@@ -12,10 +12,12 @@ from typing import Any
 import anyio
 import pytest
 import trio.testing
+from futoin_anyio.binary._ffi import ffi, lib
 
 from futoin_anyio import AsyncSteps, AsyncTool, FutoInError
 from futoin_anyio.binary import _bridge, _ours
 from futoin_anyio.binary._values import (
+    _KEEP,
     FTN_TYPE_ARRAY,
     FTN_TYPE_BOOL,
     FTN_TYPE_CUSTOM_OBJECT,
@@ -116,6 +118,32 @@ async def test_c_emits_every_type(c: ModuleType, flags: int, expected: Any) -> N
     assert getattr(got[0], "flags", flags if type(got[0]) is type(expected) else None) == flags
     assert stats(c).value_cleanups == 1  # we received it: its cleanup ran exactly once
 
+
+# every width that arrives as a width class (_values._KEEP): INT64, DOUBLE and UTF-8 stay plain
+KEPT = [(f, v) for f, v in FROM_C if f in _KEEP]
+
+
+def test_every_width_class_is_covered() -> None:
+    assert {f for f, _ in KEPT} == set(_KEEP)
+
+
+@pytest.mark.parametrize(("flags", "expected"), KEPT, ids=[hex(f) for f, _ in KEPT])
+async def test_width_classes_print_as_their_plain_value(
+    c: ModuleType, flags: int, expected: Any
+) -> None:
+    # issue 28: a log line f"got {x}" shows the value; repr() keeps the width
+    got: list[Any] = []
+    await run(cstep(c, "c_emit", flags), lambda asi, value: got.append(value))
+    (x,) = got
+    plain = type(expected)(x)
+    assert type(x) is _KEEP[flags] and type(plain) is type(expected)
+    assert str(x) == f"{x}" == format(x) == str(plain)
+    assert f"{x!s}" == str(plain) and f"got {x}" == f"got {plain}"
+    specs = {int: [">12", "x", ",", "+d"], float: [".2f", ">8", "e"], str: [">12", "^9", ".2"]}
+    for spec in specs[type(expected)]:
+        assert format(x, spec) == format(plain, spec), spec
+    assert repr(x) == f"{type(x).__name__}({plain!r})"
+    assert repr(x) != repr(plain)
 
 async def test_c_custom_object_lives_until_released(c: ModuleType) -> None:
     got: list[Any] = []
@@ -414,3 +442,61 @@ async def test_cancelled_sched_deferred_holds_nothing(c: ModuleType) -> None:
     assert failed == []
     assert stats(c).sched_fired == 20  # each root's sched_immediate completed it
     assert "cancelled sched fired" not in log(c)
+
+
+HTOOL_CANCEL = "void (*)(void *, FutoInHandle *)"
+HTOOL_IS_VALID = "bool (*)(void *, FutoInHandle *)"
+
+
+def _slot(handle: Any, index: int, ctype: str) -> Any:
+    """The function in vtable slot ``index`` of ``handle.data2``, found as C++ finds it."""
+    vtable = ffi.cast("void **", ffi.cast("void ***", handle.data2)[0])
+    return ffi.cast(ctype, vtable[index])
+
+
+async def test_handles_dispatch_through_their_iasynctool_vtable() -> None:
+    """Issue 28 without a C++ compiler: what the reference's IAsyncTool::Handle does with our
+    handles (cancel() and operator bool call slots of data2's vtable), done from C types."""
+    fired: list[int] = []
+    cb = ffi.callback("void (void *)", lambda data: fired.append(int(ffi.cast("intptr_t", data))))
+    seen: list[Any] = []
+
+    def use(asi: AsyncSteps) -> None:
+        b = asi.binary()
+        h1, h2 = (
+            ffi.new("FutoInHandle *", b.api.sched_deferred(b, 20, ffi.cast("void *", i), cb))
+            for i in (1, 2)
+        )
+        assert h1.data1 == h1.data2 == lib.ftnpy_htool_ptr() and h1.data3 != h2.data3
+        cancel = _slot(h1, lib.FTNPY_HTOOL_SLOT_CANCEL, HTOOL_CANCEL)
+        is_valid = _slot(h1, lib.FTNPY_HTOOL_SLOT_IS_VALID, HTOOL_IS_VALID)
+        copy = ffi.new("FutoInHandle *", h1[0])
+        seen.append(is_valid(h1.data2, h1))
+        cancel(h1.data2, h1)
+        seen.extend([h1.data1 == ffi.NULL, is_valid(h1.data2, h1), is_valid(copy.data2, copy)])
+        cancel(copy.data2, copy)  # the timer is gone: a no-op
+        seen.append(bool(b.api.sched_is_valid(b, copy)))  # the table agrees
+        asi.state["kept"] = h2
+
+    async def wait(asi: AsyncSteps) -> None:
+        await anyio.sleep(0.1)  # the timers run in this root's driver
+        h2 = asi.state["kept"]
+        seen.append(_slot(h2, lib.FTNPY_HTOOL_SLOT_IS_VALID, HTOOL_IS_VALID)(h2.data2, h2))
+
+    await run(use, wait)
+    assert seen == [True, True, False, False, False, False]
+    assert fired == [2]  # the cancelled timer never fired, the other did
+
+
+async def test_other_iasynctool_slots_report_a_misuse(caplog: pytest.LogCaptureFixture) -> None:
+    # a Handle never calls them; called anyway (here outside any C callback), it is an error
+    # that says what happened, never a crash
+    handle = ffi.new("FutoInHandle *")
+    handle.data2 = lib.ftnpy_htool_ptr()
+    await anyio.lowlevel.checkpoint()
+    for index in range(lib.FTNPY_HTOOL_NSLOTS):
+        if index not in (lib.FTNPY_HTOOL_SLOT_CANCEL, lib.FTNPY_HTOOL_SLOT_IS_VALID):
+            _slot(handle, index, "void (*)(void)")()
+    messages = [r.getMessage() for r in caplog.records if r.name == "futoin_anyio"]
+    assert len(messages) == lib.FTNPY_HTOOL_NSLOTS - 2
+    assert all("only cancel() and is_valid()" in m for m in messages), messages

@@ -183,3 +183,49 @@ def test_row12_end_to_end_and_cancel(reflib: Path, backend: str) -> None:
 @backend
 def test_sched_entry_goes_with_its_timer_against_the_reference(reflib: Path, backend: str) -> None:
     assert run_case(reflib, "cpp_sched_outlives_root", backend)["left_after_tool"] == 0
+
+
+# -- issue 28: the reference's own IAsyncTool::Handle over our scheduler's handles ----------
+
+
+@backend
+def test_reference_handle_cancels_and_tests_our_timers(reflib: Path, backend: str) -> None:
+    # Handle::cancel() and operator bool are C++ virtual calls through data2 (ffi/table.py,
+    # IASYNCTOOL_VTABLE): the cancelled timers never fire, the control timer does, and a
+    # Handle kept after its timer ended is false
+    result = run_case(reflib, "cpp_handle_cancel", backend)
+    assert result["log"] == [
+        "bool-before-cancel=1",
+        "bool-after-cancel=0",
+        "copy-after-cancel=0",
+        "immediate-before-cancel=1",
+        "immediate-after-cancel=0",
+        "control-before=1",
+        "control-timer-fired",
+        "control-after-fired=0",
+    ]
+    assert result["left"] == 0  # no entry of ours outlives its timer
+
+
+@backend
+def test_reference_relinquish_over_our_steps(reflib: Path, backend: str) -> None:
+    result = run_case(reflib, "cpp_relinquish", backend)
+    assert result == {
+        "log": ["before", "turn0", "turn1", "turn2", "after"],
+        "got": [5],
+        "left": 0,
+    }
+
+
+@backend
+def test_reference_relinquish_cancelled_through_its_handle(reflib: Path, backend: str) -> None:
+    # cancelled while relinquish() waits: its cancel handler cancels the pending immediate
+    # through IAsyncTool::Handle (one of the wrapper's two immediates goes at once, its
+    # clean-up one stays and frees the callback), and the step never resumes
+    result = run_case(reflib, "cpp_relinquish_cancel", backend)
+    assert result == {
+        "log": ["waiting"],
+        "seen": [["pending-before-cancel", 2], ["pending-after-cancel", 1]],
+        "outcome": "Cancelled",
+        "left": 0,
+    }

@@ -459,16 +459,18 @@ class _Scheduled:
     ``FutoInHandle.data3`` to it weakly, so the entry goes with the timer (fired, cancelled or
     dropped with its tool)."""
 
-    __slots__ = ("__weakref__", "handle", "marker", "tool")
+    __slots__ = ("__weakref__", "handle", "tool")
 
     def __init__(self, tool: Any) -> None:
         self.tool = tool
         self.handle: Any = None
-        self.marker = ffi.new("char[]", 1)  # FutoInHandle.data1: non-NULL while scheduled
 
 
 _sched: weakref.WeakValueDictionary[int, _Scheduled] = weakref.WeakValueDictionary()
 _sched_ids = itertools.count(1)
+# data1 and data2 of our handles: a static C object laid out as a C++ IAsyncTool (ffi/table.py,
+# IASYNCTOOL_VTABLE), so the reference's IAsyncTool::Handle can cancel and test them.
+_HTOOL = lib.ftnpy_htool_ptr()
 
 
 def _tool_of(b: _Binding) -> Any:
@@ -492,24 +494,22 @@ def _schedule(b: _Binding, deferred: int, ms: int, data: Any, cb: Any, out: Any)
 
     rec.handle = tool.deferred(ms, fire) if deferred else tool.immediate(fire)
     _sched[sid] = rec
-    # data1: non-NULL, so code that tests a handle for emptiness sees a live one. data2 is
-    # NULL: it is no C++ IAsyncTool (the reference's Handle::cancel() would call through it);
-    # test and cancel through the table (sched_is_valid / sched_cancel).
-    out.data1 = ffi.cast("void *", rec.marker)
-    out.data2 = NULL
+    # data1 (the C++ Handle's internal_): non-NULL, so code that tests a handle for emptiness
+    # sees a live one. data2 (its async_tool_): what Handle::cancel() and operator bool call
+    # through. data3: the timer's id, never reused.
+    out.data1 = _HTOOL
+    out.data2 = _HTOOL
     out.data3 = sid
 
 
 def _scheduled(handle: Any) -> _Scheduled | None:
-    rec = _sched.get(int(handle.data3))
-    if rec is None or handle.data1 != ffi.cast("void *", rec.marker):
+    # data1 is NULL once a C++ Handle cancelled (and reset) it; data2 tells our handles apart
+    if handle.data1 == NULL or handle.data2 != _HTOOL:
         return None
-    return rec
+    return _sched.get(int(handle.data3))
 
 
-@_table("ftnpy_py_sched_cancel")
-def _sched_cancel(b: _Binding, handle: Any) -> None:
-    _need(handle, "sched_cancel(): handle")
+def _cancel_timer(handle: Any) -> None:
     rec = _scheduled(handle)
     if rec is not None:
         _sched.pop(int(handle.data3), None)
@@ -517,11 +517,35 @@ def _sched_cancel(b: _Binding, handle: Any) -> None:
         rec.handle = None
 
 
+def _timer_valid(handle: Any) -> int:
+    rec = _scheduled(handle)
+    return int(rec is not None and rec.tool.is_valid(rec.handle))
+
+
+@_table("ftnpy_py_sched_cancel")
+def _sched_cancel(b: _Binding, handle: Any) -> None:
+    _need(handle, "sched_cancel(): handle")
+    _cancel_timer(handle)
+
+
 @_table("ftnpy_py_sched_is_valid", 0)
 def _sched_is_valid(b: _Binding, handle: Any) -> int:
     _need(handle, "sched_is_valid(): handle")
-    rec = _scheduled(handle)
-    return int(rec is not None and rec.tool.is_valid(rec.handle))
+    return _timer_valid(handle)
+
+
+# The IAsyncTool slots behind data2 (ftnpy_htool_cancel / ftnpy_htool_is_valid in ffi/ftnpy.c):
+# no FutoInAsyncSteps pointer comes with them (the step that scheduled may be gone), and they
+# act even after the current C callback failed: a cancel C++ asked for is never dropped, so the
+# callback cannot fire on data C++ freed after cancelling.
+@_def_extern
+def ftnpy_py_htool_cancel(handle: Any) -> None:
+    _cancel_timer(handle)
+
+
+@_def_extern
+def ftnpy_py_htool_is_valid(handle: Any) -> int:
+    return _timer_valid(handle)
 
 
 @_table("ftnpy_py_is_same_thread", 0)

@@ -141,6 +141,9 @@ class Typed:
 class BinaryInt(int):
     """An integer received from C with a width other than ``INT64``: sent on, it keeps it.
 
+    ``repr()`` shows the width (``Int32(42)``); ``str()`` and ``format()`` give the number, as
+    for ``int`` (``f"{x}"`` is ``42``, ``f"{x:>5}"`` is ``   42``).
+
     Arithmetic gives plain ``int`` (sent as ``INT64``): wrap the result in :class:`Typed` to
     send another width.
     """
@@ -149,21 +152,41 @@ class BinaryInt(int):
     flags: int = FTN_TYPE_INT64
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({int(self)})"
+        return f"{type(self).__name__}({int.__repr__(self)})"
+
+    # int has no __str__ of its own (object.__str__ calls repr()), and format() with an empty
+    # spec calls str(): without this, f"{x}" would show the width too.
+    def __str__(self) -> str:
+        return int.__repr__(self)
 
 
 class BinaryFloat(float):
-    """A ``FTN_TYPE_FLOAT`` received from C: sent on, it stays a 32-bit float."""
+    """A ``FTN_TYPE_FLOAT`` received from C: sent on, it stays a 32-bit float.
+
+    ``repr()`` shows the width (``BinaryFloat(1.5)``); ``str()`` and ``format()`` give the value.
+    """
 
     __slots__ = ()
     flags: int = FTN_TYPE_FLOAT
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({float.__repr__(self)})"
+
+    def __str__(self) -> str:  # as for BinaryInt: float's str() is its repr()
+        return float.__repr__(self)
+
 
 class BinaryStr(str):
-    """A UTF-16 or UTF-32 string received from C: sent on, it keeps its encoding."""
+    """A UTF-16 or UTF-32 string received from C: sent on, it keeps its encoding.
+
+    ``repr()`` shows the width (``Str16('x')``); ``str()`` and ``format()`` give the text.
+    """
 
     __slots__ = ()
     flags: int = FTN_TYPE_STRING
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str.__repr__(self)})"
 
 
 def _width_class(base: type, flags: int) -> type:

@@ -1,8 +1,11 @@
-"""One interop case per row of issue 17's table under valgrind memcheck (CI step, a few minutes).
+"""One interop case per row of issue 17's table, and issue 28's cases, under valgrind memcheck.
+
+A CI step of a few minutes.
 
 Usage: ``python tests/interop/memcheck.py`` with ``FUTOIN_CPP_REFERENCE`` set and valgrind
-installed. Each case runs as ``run_case.py`` does in the suite (asyncio backend, 3 x 1 MiB
-strings for the value rows) with ``PYTHONMALLOC=malloc`` so valgrind sees every allocation.
+installed. Each case runs as ``run_case.py`` does in the suite (issue 17's rows on asyncio,
+issue 28's on asyncio and trio; 3 x 1 MiB strings for the value rows) with
+``PYTHONMALLOC=malloc`` so valgrind sees every allocation.
 
 Fails unless, in every run: no invalid read, write or free at all; no definitely lost block
 whose stack passes through the bridge (our cffi extension, cffi, the reference library or
@@ -41,6 +44,12 @@ ROWS = {
     11: "cpp_root_ids",
     12: "cpp_e2e",
 }
+# issue 28: the reference's own IAsyncTool::Handle and relinquish() over our scheduler's handles
+ISSUE28 = ("cpp_handle_cancel", "cpp_relinquish", "cpp_relinquish_cancel")
+# (label, case, backend): issue 17's rows on asyncio, issue 28's on both backends
+CASES = [(f"row {row:2}", name, "asyncio") for row, name in ROWS.items()] + [
+    ("issue 28", name, backend) for name in ISSUE28 for backend in ("asyncio", "trio")
+]
 INVALID = re.compile(
     r"^==\d+== (Invalid (read|write|free)|Mismatched free|Source and destination overlap"
     r"|Syscall param .* points to unaddressable)"
@@ -66,8 +75,8 @@ def blocks(log: str) -> list[list[str]]:
     return out
 
 
-def check(name: str, lib: Path, work: Path) -> tuple[bool, str]:
-    log_file = work / f"{name}.log"
+def check(name: str, backend: str, lib: Path, work: Path) -> tuple[bool, str]:
+    log_file = work / f"{name}-{backend}.log"
     cmd = [
         "valgrind",
         "--tool=memcheck",
@@ -80,7 +89,7 @@ def check(name: str, lib: Path, work: Path) -> tuple[bool, str]:
         str(HERE / "run_case.py"),
         str(lib),
         name,
-        "asyncio",
+        backend,
     ]
     env = {**os.environ, "PYTHONMALLOC": "malloc", "FUTOIN_INTEROP_N": "3"}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, check=False)
@@ -109,9 +118,9 @@ def check(name: str, lib: Path, work: Path) -> tuple[bool, str]:
                     details.append("\n".join(blk))
     ok = proc.returncode == 0 and "RESULT " in proc.stdout and not details
     line = (
-        f"{name}: exit {proc.returncode}, invalid accesses {invalid}, uninitialised in the "
-        f"bridge {uninit_ours} (elsewhere {uninit_other}), definitely lost {lost_total} bytes "
-        f"(from the bridge {lost_ours})"
+        f"{name} ({backend}): exit {proc.returncode}, invalid accesses {invalid}, "
+        f"uninitialised in the bridge {uninit_ours} (elsewhere {uninit_other}), "
+        f"definitely lost {lost_total} bytes (from the bridge {lost_ours})"
     )
     if not ok:
         line += "\n" + "\n\n".join(details[:5]) + "\n" + proc.stderr[-2000:]
@@ -130,11 +139,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="futoin_anyio_memcheck-"))
     try:
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            results = list(pool.map(lambda name: check(name, lib, work), ROWS.values()))
+            results = list(pool.map(lambda case: check(case[1], case[2], lib, work), CASES))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    for row, (_ok, line) in zip(ROWS, results, strict=True):
-        print(f"row {row:2}: {line}")
+    for (label, _name, _backend), (_ok, line) in zip(CASES, results, strict=True):
+        print(f"{label}: {line}")
     failed = sum(1 for ok, _ in results if not ok)
     print(f"memcheck: {len(results) - failed}/{len(results)} cases clean")
     return 1 if failed else 0

@@ -31,6 +31,7 @@ namespace {
     std::string g_log;
     std::vector<std::unique_ptr<IAsyncSteps>> g_instances;
     std::unique_ptr<ri::Mutex> g_mutex;
+    IAsyncTool::Handle g_kept_handle;
 
     void log(const std::string& s)
     {
@@ -75,6 +76,7 @@ void cpp_reset()
     g_log.clear();
     g_instances.clear();
     g_mutex.reset();
+    g_kept_handle.reset();
 }
 
 // -- C++ -> Py ------------------------------------------------------------------------------
@@ -260,6 +262,65 @@ void cpp_e2e(FutoInAsyncSteps* bsi, void* data, const FutoInArgs*)
 void cpp_sched_far(FutoInAsyncSteps* bsi, void*, const FutoInArgs*)
 {
     bsi->api->sched_deferred(bsi, 60000, nullptr, [](void*) { log("far-fired"); });
+}
+
+// Issue 28: the reference's own IAsyncTool::Handle over handles of our scheduler, from
+// asi.tool() of the reference's wrapper: Handle::cancel() and operator bool are C++ virtual
+// calls through data2. A copy of the handle made before cancel() names a timer that is gone.
+void cpp_handle_cancel(FutoInAsyncSteps* bsi, void*, const FutoInArgs*)
+{
+    auto asi = W(bsi);
+    IAsyncTool& tool = asi->tool();
+    IAsyncTool::Handle h = tool.deferred(
+            std::chrono::milliseconds(50), [] { log("cancelled-timer-fired"); });
+    FutoInHandle copy = h.binary();
+    log(h ? "bool-before-cancel=1" : "bool-before-cancel=0");
+    h.cancel();
+    log(h ? "bool-after-cancel=1" : "bool-after-cancel=0");
+    h.cancel(); // emptied by the first: a no-op
+    IAsyncTool::Handle stale(copy);
+    log(stale ? "copy-after-cancel=1" : "copy-after-cancel=0");
+    stale.cancel(); // the timer is gone: a no-op
+    IAsyncTool::Handle imm = tool.immediate([] { log("cancelled-immediate-fired"); });
+    log(imm ? "immediate-before-cancel=1" : "immediate-before-cancel=0");
+    imm.cancel();
+    log(imm ? "immediate-after-cancel=1" : "immediate-after-cancel=0");
+    g_kept_handle = tool.deferred(
+            std::chrono::milliseconds(20), [] { log("control-timer-fired"); });
+    log(g_kept_handle ? "control-before=1" : "control-before=0");
+}
+
+// After the control timer fired: the kept Handle still dispatches, and is false.
+void cpp_handle_kept()
+{
+    log(g_kept_handle ? "control-after-fired=1" : "control-after-fired=0");
+    g_kept_handle.cancel(); // fired already: a no-op
+}
+
+// Issue 28: the reference's relinquish() over our steps (it cancels through a Handle when the
+// step is cancelled), in a flow and in each turn of a loop.
+void cpp_relinquish(FutoInAsyncSteps* bsi, void*, const FutoInArgs*)
+{
+    auto asi = W(bsi);
+    asi->add([](IAsyncSteps&) { log("before"); });
+    asi->relinquish();
+    asi->repeat(3, [](IAsyncSteps& asi, std::size_t i) {
+        log("turn" + std::to_string(i));
+        asi.relinquish();
+    });
+    asi->add([](IAsyncSteps& asi) {
+        log("after");
+        asi(int64_t(5));
+    });
+}
+
+// Issue 28: a step waiting in relinquish(), for the Python side to cancel before it resumes.
+void cpp_relinquish_wait(FutoInAsyncSteps* bsi, void*, const FutoInArgs*)
+{
+    auto asi = W(bsi);
+    asi->add([](IAsyncSteps&) { log("waiting"); });
+    asi->relinquish();
+    asi->add([](IAsyncSteps&) { log("resumed"); });
 }
 
 // -- Py -> C++ ------------------------------------------------------------------------------

@@ -39,6 +39,10 @@ void cpp_mutex(void*, void*, void*);
 void cpp_root_ids(void*, void*, void*);
 void cpp_e2e(void*, void*, void*);
 void cpp_sched_far(void*, void*, void*);
+void cpp_handle_cancel(void*, void*, void*);
+void cpp_handle_kept(void);
+void cpp_relinquish(void*, void*, void*);
+void cpp_relinquish_wait(void*, void*, void*);
 void* ref_new(void);
 uintptr_t ref_binary(void* r);
 int ref_iterate(void* r, int64_t* delay_ms);
@@ -281,6 +285,72 @@ async def cpp_sched_outlives_root() -> Any:
         pending = len(_ours._sched)
     gc.collect()
     return {"pending_while_tool_runs": pending, "left_after_tool": len(_ours._sched)}
+
+
+@case
+async def cpp_handle_cancel() -> Any:
+    """Issue 28: the reference's IAsyncTool::Handle cancels and tests handles of our tool."""
+    async with AsyncTool():
+        root = AsyncSteps()
+        root.add(step("cpp_handle_cancel"))
+        assert await execute(root) == [["ok"]]
+        await anyio.sleep(0.2)  # past the control timer and the wrapper's clean-up timers
+        lib.cpp_handle_kept()
+        left = len(_ours._sched)
+    return {"log": cpp_log(), "left": left}
+
+
+@case
+async def cpp_relinquish() -> Any:
+    """Issue 28: the reference's relinquish() over our steps resumes the flow."""
+    got: list[Any] = []
+    async with AsyncTool():
+        root = AsyncSteps()
+        root.add(step("cpp_relinquish"))
+        root.add(lambda asi, n: got.append(int(n)))
+        await root.promise()
+        left = len(_ours._sched)
+    return {"log": cpp_log(), "got": got, "left": left}
+
+
+@case
+async def cpp_relinquish_cancel() -> Any:
+    """Issue 28: a root cancelled while a C++ step waits in relinquish(): the reference's
+    cancel handler cancels the pending immediate through its Handle (our data2), so it never
+    resumes the step (whose wrapper is freed with it)."""
+    seen: list[Any] = []
+    outcome = "?"
+    async with AsyncTool():
+        root = AsyncSteps()
+
+        def arm(asi: AsyncSteps) -> None:
+            tool = asi.tool
+            assert tool is not None
+
+            def check(turn: int = 0) -> None:
+                # Immediates run in order: until relinquish() scheduled its own, look again
+                # from a later one, which then runs before it.
+                pending = len(_ours._sched)
+                if pending == 0 and turn < 100:
+                    tool.immediate(lambda: check(turn + 1))
+                    return
+                seen.append(["pending-before-cancel", pending])
+                root.cancel()
+                seen.append(["pending-after-cancel", len(_ours._sched)])
+
+            tool.immediate(check)
+
+        root.add(arm)
+        root.add(step("cpp_relinquish_wait"))
+        root.add(lambda asi: seen.append("not reached"))
+        try:
+            await root.promise()
+            outcome = "success"
+        except FutoInError as exc:
+            outcome = exc.code
+        await anyio.sleep(0.05)
+        left = len(_ours._sched)
+    return {"log": cpp_log(), "seen": seen, "outcome": outcome, "left": left}
 
 
 # -- Py -> C++ ------------------------------------------------------------------------------
