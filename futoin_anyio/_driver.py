@@ -31,7 +31,7 @@ from threading import Lock, get_ident
 from typing import TYPE_CHECKING, Any, final
 
 import anyio
-from anyio import CancelScope, create_task_group, get_cancelled_exc_class, sleep_forever
+from anyio import CancelScope, create_task_group, get_cancelled_exc_class
 from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint
 
@@ -141,6 +141,7 @@ class _Driver:
     """The driver's state and machinery; :class:`~futoin_anyio.AsyncTool` is the one subclass."""
 
     __slots__ = (
+        "_clock",
         "_closing",
         "_coro_tasks",
         "_ctx_token",
@@ -220,6 +221,9 @@ class _Driver:
         # branch, a root's cancel()): (flows, then), in the order they began to wait.
         self._joins: list[tuple[list[_Flow], Callable[[], object]]] = _EMPTY
         self._library = "asyncio"  # the AnyIO backend's name, known once bound
+        # The event loop's clock (anyio.current_time() without AnyIO's backend lookup), once
+        # bound: asyncio's loop.time, trio.current_time.
+        self._clock: Callable[[], float] = anyio.current_time
 
     # -- driver ---------------------------------------------------------------------------------
 
@@ -233,11 +237,12 @@ class _Driver:
         if loop is not None:
             self._threadsafe = loop
             self._library = "asyncio"
+            self._clock = loop.time
         else:
-            import trio
-
+            trio = sys.modules["trio"]
             self._threadsafe = trio.lowlevel.current_trio_token()
             self._library = "trio"
+            self._clock = trio.current_time
 
     def _from_thread(self, func: Callable[..., object], *args: Any, raw: bool = False) -> None:
         """Run ``func(*args)`` in the driver, called from another thread. It runs as a callback
@@ -299,7 +304,7 @@ class _Driver:
 
     def _call_later(self, delay_s: float, func: Callable[..., object], *args: Any) -> Handle:
         handle = Handle._create(self, func, args)
-        self._push_timer(anyio.current_time() + delay_s, handle, True)
+        self._push_timer(self._clock() + delay_s, handle, True)
         return handle
 
     def _call_timeout(self, delay_s: float, frame: AsyncSteps) -> tuple[Handle, float]:
@@ -309,7 +314,7 @@ class _Driver:
         deadline covers it (the caller updates it): no helper task is started for it.
         """
         handle = Handle._create(self, _on_timeout, (frame,))
-        deadline = anyio.current_time() + delay_s
+        deadline = self._clock() + delay_s
         inline = self._inline
         self._push_timer(deadline, handle, inline is None or inline._flow is not frame._flow)
         return handle, deadline
@@ -407,7 +412,7 @@ class _Driver:
 
     def _fire_timers(self) -> None:
         timers = self._timers
-        now = anyio.current_time()
+        now = self._clock()
         while timers and timers[0][0] <= now:
             handle = heappop(timers)[2]
             if handle._tool is None:
@@ -442,11 +447,28 @@ class _Driver:
         heapify(timers)
 
     async def _idle(self) -> None:
-        """Sleep until woken (a flow or callback became ready) or the nearest timer is due."""
-        with CancelScope(deadline=self._next_deadline()) as scope:
-            self._sleep_scope = scope
-            await sleep_forever()
-        if self._sleep_scope is scope:
+        """Sleep until woken (a flow or callback became ready) or the nearest timer is due.
+
+        The task parks itself as in :meth:`_loop`, with the event loop's own timer for the
+        deadline: on asyncio a ``call_at()`` that completes the future, on trio trio's own
+        cancel scope (no AnyIO scope and ``sleep_forever()`` layers around the wait)."""
+        deadline = self._next_deadline()
+        if self._library == "asyncio":
+            loop = self._threadsafe
+            future = self._sleep_scope = loop.create_future()
+            timer = None if deadline == math.inf else loop.call_at(deadline, _set_result, future)
+            try:
+                await future
+            finally:
+                if timer is not None:
+                    timer.cancel()
+                if self._sleep_scope is future:
+                    self._sleep_scope = None
+        else:
+            trio = sys.modules["trio"]
+            with trio.CancelScope(deadline=deadline):
+                self._sleep_scope = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(self._abort_park)
             self._sleep_scope = None
         if self._timers:
             self._fire_timers()
@@ -709,7 +731,11 @@ class _Driver:
             error: BaseException | None = None
             self._slept = True  # the group's exit is a schedule point
             try:
-                async with create_task_group() as tg:
+                # On trio its own nursery: the same start_soon() and cancel_scope, without
+                # AnyIO's wrapper around it.
+                group: Any = create_task_group() if self._library == "asyncio" \
+                    else sys.modules["trio"].open_nursery()
+                async with group as tg:
                     self._tg = tg
                     self._start_pending_coros()
                     await self._loop(main)
@@ -839,6 +865,11 @@ class _RawTask:
         self.task: Any = None
         self.scope: CancelScope | None = None
         self.cancelled = False
+
+
+def _set_result(future: Any) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _trio_task_type() -> type:
