@@ -17,8 +17,9 @@ same number of requests (each client sends its share, so a seed gives the same r
 
 * ``ok``: every request is answered by both backends at once;
 * ``mixed``: seeded kinds, 75 % ok, 10 % retried, 6 % failed, 5 % timed out, 4 % hung up;
-* ``reject``: the admission is replaced by one of 10 entries per 50 ms: most requests (about
-  97 %, the share is printed) are rejected by the rate limit at once.
+* ``reject``: the admission is replaced by one whose rate limit admits 3 % of the phase's
+  requests per hour: the first 3 % are served, the other 97 % rejected at once by the limit,
+  the same number on both sides.
 
 Figure: the front's CPU (its own ``time.process_time()``, read by a ``!mark`` control line
 before and after the phase) per request; each cell is the **median** of the rounds. Every
@@ -53,7 +54,10 @@ REPO = Path(__file__).resolve().parent.parent
 BACKENDS = ("asyncio", "trio")
 PHASES = ("ok", "mixed", "reject")
 TARGETS = {"ok": 1.15, "mixed": 1.15, "reject": 1.25}
-REJECT_RATE, REJECT_PERIOD_MS = 10, 50
+#: The reject phase admits this share of its requests (the first ones: the rate limit's period
+#: is an hour), so both sides reject the same number.
+ADMITTED_SHARE = 0.03
+REJECT_PERIOD_MS = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,8 @@ class Phase:
 def bench_phases(mode: Mode) -> list[Phase]:
     """The warm-up and the three measured phases of the benchmark."""
     per_client = max(1, mode.requests // mode.clients)
-    admit = b"!admit %d %d %d\n" % (LIMIT, REJECT_RATE, REJECT_PERIOD_MS)
+    rate = max(1, round(per_client * mode.clients * ADMITTED_SHARE))
+    admit = b"!admit %d %d %d\n" % (LIMIT, rate, REJECT_PERIOD_MS)
     return [
         Phase("warmup", max(1, mode.warmup // mode.clients)),
         Phase("ok", per_client),
