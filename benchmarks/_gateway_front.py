@@ -53,6 +53,8 @@ LIMIT = 64
 #: Entries per period in the ok and mixed phases: the rate never binds there.
 RATE, PERIOD_MS = 1_000_000, 1000
 DEADLINE_S = DEADLINE_MS / 1000
+#: The front ends by itself after this long (the driver terminates it long before).
+LIFETIME_S = 900.0
 #: The outcome of a root that ``promise()`` raised with this code.
 FUTOIN_OUTCOME = {"DefenseRejected": "rejected", "Timeout": "timeout", "Cancelled": "hung_up",
                   FAIL_CODE: "failed"}
@@ -344,10 +346,13 @@ class Front:
 
 
 async def serve(impl: str, backend: str, ports: tuple[int, int]) -> None:
+    """Serve until terminated by the driver, or for :data:`LIFETIME_S` at most (a driver that
+    died leaves no front behind)."""
     front = Front(impl, backend, ports)
-    async with anyio.create_task_group() as tg:
-        front.tg = tg
-        await serve_tcp(backend, front.handle)
+    with anyio.move_on_after(LIFETIME_S):
+        async with anyio.create_task_group() as tg:
+            front.tg = tg
+            await serve_tcp(backend, front.handle)
 
 
 def main(argv: list[str]) -> int:
