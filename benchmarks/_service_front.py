@@ -1,4 +1,4 @@
-"""The front of ``benchmarks.service``: one loopback request/response service, four ways.
+"""The front of ``benchmarks.service``: one loopback request/response service, six ways.
 
 ``python -m benchmarks._service_front IMPL BACKEND BACKEND_PORT`` listens on a free port of
 127.0.0.1 and prints ``port N``. Every client connection gets its own TCP connection to the
@@ -7,11 +7,13 @@ client. Admission: at most ``LIMIT`` requests in flight; one more is answered ``
 
 * ``plain``: a counter, ``if in_flight >= LIMIT: reply busy`` — plain Trio on trio, plain AnyIO
   on asyncio;
+* ``plain_scope``: ``plain`` with a cancel scope of its own around each request's round trip
+  (``trio.CancelScope`` on trio, AnyIO's on asyncio), as a service that can cancel a request;
 * ``futoin``: a root per request, ``asi.sync(limiter, roundtrip)`` then ``asi.add(reply)``, both
   ``async def`` steps; ``await asi.promise()`` in the connection's task; a full
   :class:`~futoin_anyio.Limiter` rejects with ``DefenseRejected``.
 
-Both use the same I/O (trio streams on trio, AnyIO streams on asyncio). Control lines start
+All use the same I/O (trio streams on trio, AnyIO streams on asyncio). Control lines start
 with ``!``: ``!mark`` answers a JSON line (``time.process_time()`` and the admission counts);
 ``!pin`` fills the admission with ``LIMIT`` holders, so that every request is rejected.
 """
@@ -34,6 +36,7 @@ from futoin_anyio import AsyncSteps, Errors, FutoInError, Limiter
 #: Requests in flight at once; the benchmark's 64 clients never fill it unless pinned.
 LIMIT = 64
 BUSY = b"busy\n"
+IMPLS = ("plain", "plain_scope", "futoin")
 Receive = Callable[[], Awaitable[bytes]]
 Send = Callable[[bytes], Awaitable[Any]]
 
@@ -65,6 +68,43 @@ class Lines:
             self._buf = buf
 
 
+def io_of(backend: str, stream: Any) -> tuple[Receive, Send, tuple[type[BaseException], ...]]:
+    """``receive``, ``send`` and the end-of-stream exceptions of a stream of ``backend``'s I/O:
+    a ``trio.SocketStream`` on trio, an AnyIO stream on asyncio."""
+    if backend == "trio":
+        import trio
+
+        return stream.receive_some, stream.send_all, (trio.BrokenResourceError,)
+    return stream.receive, stream.send, _ANYIO_EOF
+
+
+async def connect(backend: str, port: int) -> tuple[Receive, Send,
+                                                    tuple[type[BaseException], ...], Any]:
+    """A TCP connection to ``127.0.0.1:port``: :func:`io_of` it, and the stream to close."""
+    if backend == "trio":
+        import trio
+
+        stream: Any = await trio.open_tcp_stream("127.0.0.1", port)
+    else:
+        stream = await anyio.connect_tcp("127.0.0.1", port)
+    return (*io_of(backend, stream), stream)
+
+
+async def serve_tcp(backend: str, handler: Callable[[Any], Awaitable[None]]) -> None:
+    """Serve ``handler(stream)`` per connection on a free port of 127.0.0.1, printing
+    ``port N`` once listening (trio's own listeners on trio, AnyIO's on asyncio)."""
+    if backend == "trio":
+        import trio
+
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        print(f"port {listeners[0].socket.getsockname()[1]}", flush=True)
+        await trio.serve_listeners(handler, listeners)
+    else:
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0)
+        print(f"port {listener.extra(anyio.abc.SocketAttribute.local_port)}", flush=True)
+        await listener.serve(handler)
+
+
 class Front:
     """The service: admission state and the per-connection handlers."""
 
@@ -79,20 +119,10 @@ class Front:
     # -- I/O of the backend in use --------------------------------------------------------------
 
     async def _connect(self) -> tuple[Receive, Send, tuple[type[BaseException], ...], Any]:
-        if self.backend == "trio":
-            import trio
-
-            stream = await trio.open_tcp_stream("127.0.0.1", self.backend_port)
-            return stream.receive_some, stream.send_all, (trio.BrokenResourceError,), stream
-        a_stream = await anyio.connect_tcp("127.0.0.1", self.backend_port)
-        return a_stream.receive, a_stream.send, _ANYIO_EOF, a_stream
+        return await connect(self.backend, self.backend_port)
 
     def io_of(self, stream: Any) -> tuple[Receive, Send, tuple[type[BaseException], ...]]:
-        if self.backend == "trio":
-            import trio
-
-            return stream.receive_some, stream.send_all, (trio.BrokenResourceError,)
-        return stream.receive, stream.send, _ANYIO_EOF
+        return io_of(self.backend, stream)
 
     # -- control --------------------------------------------------------------------------------
 
@@ -126,13 +156,20 @@ class Front:
             client, back = Lines(receive, eof), Lines(b_receive, b_eof)
             if self.impl == "plain":
                 await self._plain(client, send, back, b_send)
+            elif self.impl == "plain_scope":
+                await self._plain(client, send, back, b_send, _scope_class(self.backend))
             else:
                 await self._futoin(client, send, back, b_send)
         finally:
             await b_stream.aclose()
             await stream.aclose()
 
-    async def _plain(self, client: Lines, send: Send, back: Lines, b_send: Send) -> None:
+    async def _plain(self, client: Lines, send: Send, back: Lines, b_send: Send,
+                     scope_class: Any = None) -> None:
+        """With ``scope_class`` (``plain_scope``): a cancel scope of its own around each
+        request's round trip, as a service that can cancel one request or give it a deadline
+        has (the futoin front has one per root); the backend's own class, ``trio.CancelScope``
+        on trio and AnyIO's on asyncio."""
         while (request := await client.line()) is not None:
             if request[0] == 33:  # b"!"
                 await self.control(request, send)
@@ -142,8 +179,13 @@ class Front:
                 continue
             self.in_flight += 1
             try:
-                await b_send(request)
-                reply = await back.line()
+                if scope_class is None:
+                    await b_send(request)
+                    reply = await back.line()
+                else:
+                    with scope_class():
+                        await b_send(request)
+                        reply = await back.line()
             finally:
                 self.in_flight -= 1
             if reply is None:
@@ -200,32 +242,27 @@ def _profile_mark() -> None:
         _profiler[0].dump_stats(_PROFILE)
 
 
+def _scope_class(backend: str) -> Any:
+    if backend == "trio":
+        import trio
+
+        return trio.CancelScope
+    return anyio.CancelScope
+
+
 _ANYIO_EOF = (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError)
 
 
 async def serve(impl: str, backend: str, backend_port: int) -> None:
     front = Front(impl, backend, backend_port)
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0) \
-        if backend != "trio" else None
     async with anyio.create_task_group() as tg:
         front.tg = tg
-        if backend == "trio":
-            import trio
-
-            listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-            port = listeners[0].socket.getsockname()[1]
-            print(f"port {port}", flush=True)
-            await trio.serve_listeners(front.handle, listeners)
-        else:
-            assert listener is not None
-            port = listener.extra(anyio.abc.SocketAttribute.local_port)
-            print(f"port {port}", flush=True)
-            await listener.serve(front.handle)
+        await serve_tcp(backend, front.handle)
 
 
 def main(argv: list[str]) -> int:
     impl, backend, backend_port = argv
-    if impl not in ("plain", "futoin") or backend not in ("asyncio", "trio"):
+    if impl not in IMPLS or backend not in ("asyncio", "trio"):
         raise SystemExit(f"usage: {__doc__.splitlines()[2]}")
     anyio.run(serve, impl, backend, int(backend_port), backend=backend)
     return 0

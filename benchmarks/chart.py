@@ -11,7 +11,9 @@ One group of bars per scenario, one bar per implementation. Figures span several
 orders of magnitude across scenarios, so each group is scaled to its own largest
 figure; the number at the end of each bar is the measured figure. When the results
 hold the AnyIO-native tier (``benchmarks.native``), a second part shows its rows: ours
-and plain AnyIO per backend, with ours/plain (or the bytes over plain) after our bars.
+and plain AnyIO per backend, with ours/plain (or the bytes over plain) after our bars; when
+they hold the gateway tier (``benchmarks.gateway``), a third part shows the front's CPU per
+request in each phase.
 """
 
 from __future__ import annotations
@@ -153,6 +155,40 @@ def _native_part(parts: list[str], y: int, tier: dict[str, Any]) -> int:
     return y
 
 
+#: The gateway tier's bars: (side, backend) -> colour, in drawing order.
+GATEWAY_BARS = {
+    ("futoin", "asyncio"): "#2b6cb0",
+    ("plain", "asyncio"): "#4a5568",
+    ("futoin", "trio"): "#63a4e8",
+    ("plain", "trio"): "#a0aec0",
+}
+GATEWAY_TITLES = {"futoin": "futoin_anyio", "plain": "plain Trio/AnyIO"}
+
+
+def _gateway_part(parts: list[str], y: int, tier: dict[str, Any]) -> int:
+    """The gateway tier: one group per phase, the front's CPU per request of each side."""
+    parts.append(
+        f'<text x="10" y="{y + 4}" class="title">Gateway: CPU of the front per request,'
+        f" futoin_anyio against plain Trio/AnyIO ({escape(tier['mode'])} mode)</text>"
+    )
+    y += 28
+    y = _legend(parts, y, [(f"{GATEWAY_TITLES[side]} {backend}", colour)
+                           for (side, backend), colour in GATEWAY_BARS.items()])
+    by_backend = {row["backend"]: row for row in tier["rows"]}
+    for phase in ("ok", "mixed", "reject"):
+        bars = []
+        for (side, backend), colour in GATEWAY_BARS.items():
+            row = by_backend.get(backend)
+            if row is None:
+                continue
+            cell = row["cells"][phase]
+            note = f"  ({cell['ratio']:.2f}x plain: {cell['status']})" if side == "futoin" else ""
+            bars.append((f"{GATEWAY_TITLES[side]} {backend}", colour,
+                         {"status": "ok", "value": cell[side] * 1e6}, note))
+        y = _group(parts, y, phase, "µs CPU/request", True, bars)
+    return y
+
+
 def render_svg(result: dict[str, Any]) -> str:
     columns: list[str] = result["columns"]
     titles: dict[str, str] = result["titles"]
@@ -166,6 +202,8 @@ def render_svg(result: dict[str, Any]) -> str:
         y = _group(parts, y, row["id"], row["unit"], row["lower_is_better"], bars)
     if result.get("native"):
         y = _native_part(parts, y + 10, result["native"])
+    if result.get("gateway", {}).get("rows"):
+        y = _gateway_part(parts, y + 10, result["gateway"])
     height = y + 10
     subtitle = (
         f"{meta['mode']} mode · {meta['date']} · {meta['cpu']} · Python {meta['python']}"

@@ -39,14 +39,16 @@ from typing import Any
 if __package__ in (None, ""):  # ``python benchmarks/run.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import native
+from benchmarks import gateway, native
 from benchmarks._common import SCENARIOS, SIZES, UNITS, fmt_value, lower_is_better
 from benchmarks._native import ROWS as NATIVE_ROWS
 
 REPO = Path(__file__).resolve().parent.parent
 JS_DIR = Path(__file__).resolve().parent / "js"
 PY_COLUMNS = ("futoin_asyncio", "futoin_trio", "plain_asyncio", "plain_trio")
-TIERS = ("ftn12", "native")
+TIERS = ("ftn12", "native", "gateway")
+#: The tiers run by default; ``gateway`` (a few minutes in full mode) on request.
+DEFAULT_TIERS = ("ftn12", "native")
 COLUMNS = ("futoin_asyncio", "futoin_trio", "js", "plain_asyncio", "plain_trio")
 FUTOIN = ("futoin_asyncio", "futoin_trio")
 PLAIN = ("plain_asyncio", "plain_trio")
@@ -437,7 +439,30 @@ def render_markdown(result: dict[str, Any]) -> str:
     tier = result.get("native")
     if tier:
         out += ["", *render_native(tier).splitlines()]
+    tier = result.get("gateway")
+    if tier:
+        out += ["", *render_gateway(tier).splitlines()]
     return "\n".join(out) + "\n"
+
+
+def render_gateway(tier: dict[str, Any]) -> str:
+    """The gateway tier's section of ``results.md``."""
+    lines = [
+        f"## Gateway ({tier['mode']} mode)",
+        "",
+        f"{tier.get('date', '?')} · commit {tier.get('commit', '?')} · {tier['clients']}"
+        f" closed-loop clients, {tier['requests']:,} requests per phase, median of"
+        f" {tier['rounds']} round(s), the sides' order rotating. CPU of the front process"
+        " (`time.process_time()`) per request of a JSON-lines gateway on loopback: admission,"
+        " a 200 ms deadline, two backends in parallel, one retry, cancellation at hang-up;"
+        " plain Trio/AnyIO against futoin_anyio (`benchmarks/gateway.py`).",
+        "",
+    ]
+    if tier["rows"]:
+        lines.append(gateway.render(tier["rows"]))
+    for failure in tier["failed"]:
+        lines += ["", f"FAILED: {failure}"]
+    return "\n".join(lines)
 
 
 def render_native(tier: dict[str, Any]) -> str:
@@ -530,9 +555,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--tiers",
-        default=",".join(TIERS),
-        help="comma-separated tiers (default: %(default)s); without ftn12, the FTN12 figures"
-        " of <out>/results.json are kept",
+        default=",".join(DEFAULT_TIERS),
+        help=f"comma-separated tiers among {', '.join(TIERS)} (default: %(default)s); the"
+        " figures of a tier not run are kept from <out>/results.json",
     )
     args = parser.parse_args(argv)
 
@@ -556,7 +581,9 @@ def main(argv: list[str] | None = None) -> int:
         result = measure_ftn12(args, mode, repeat, plan, columns)
     else:
         result = json.loads(previous.read_text())
-        result.pop("native", None)
+        for tier_name in ("native", "gateway"):
+            if tier_name in tiers:
+                result.pop(tier_name, None)
     # The native tier runs on the backends of the selected Python columns (none: not run).
     backends = [b for b in native.BACKENDS if any(c.endswith(f"_{b}") for c in columns)]
     if not backends:
@@ -566,6 +593,18 @@ def main(argv: list[str] | None = None) -> int:
         tier["date"] = _now()
         tier["commit"] = _commit()
         result["native"] = tier
+
+    if "gateway" in tiers:
+        gateway_backends = [b for b in gateway.BACKENDS if any(c.endswith(f"_{b}")
+                                                               for c in columns)]
+        tier = gateway.run_tier(mode, gateway_backends, args.repeat)
+        tier["date"] = _now()
+        tier["commit"] = _commit()
+        result["gateway"] = tier
+    elif "ftn12" in tiers and previous.exists():
+        kept = json.loads(previous.read_text()).get("gateway")
+        if kept:
+            result["gateway"] = kept
 
     out.mkdir(parents=True, exist_ok=True)
     markdown = render_markdown(result)
@@ -584,6 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     if "native" in tiers:
         failed += native.failures(result["native"])
         targets += result["native"]["targets"]
+    if "gateway" in tiers:
+        failed += result["gateway"]["failed"]
+        targets += result["gateway"]["targets"]
     if failed:
         print("\nVERIFICATION FAILED (figures not posted):", file=sys.stderr)
         for line in failed:

@@ -9,8 +9,9 @@ From the repository root::
 The front (``_service_front.py``, a process of its own) answers each request line by a round
 trip over TCP to a backend; this process runs the backend and a closed-loop load generator of
 64 clients (plain asyncio protocols, cheap, so that the front is the bottleneck). Per backend
-and round, ``plain`` and ``futoin`` fronts run one after the other in a rotating order; each
-cell keeps its best round. Two phases per front:
+and round, the ``plain``, ``plain_scope`` (plain with a cancel scope per request) and ``futoin``
+fronts run one after the other in a rotating order; each cell keeps its best round. Two phases
+per front:
 
 * ``ok``: every request is admitted; figures: ok requests/s and the front's CPU (its own
   ``time.process_time()``) per request;
@@ -20,7 +21,8 @@ cell keeps its best round. Two phases per front:
 
 Every reply is checked (the backend's answer to that very request, or ``busy`` where expected)
 and every client's last request must be answered: otherwise the run is ``FAILED`` (exit status
-1). Targets, each backend: futoin ok req/s >= 0.9x plain; CPU per rejection <= 1.2x plain
+1). Targets, each backend: futoin ok req/s >= 0.9x plain; CPU per rejection <= 1.2x plain;
+CPU per ok request <= 1.2x ``plain_scope`` (issue 25)
 (exit status 2 in full mode when one fails).
 """
 
@@ -43,9 +45,11 @@ from benchmarks._common import VerificationError, check
 
 REPO = Path(__file__).resolve().parent.parent
 BACKENDS = ("asyncio", "trio")
-IMPLS = ("plain", "futoin")
+IMPLS = ("plain", "plain_scope", "futoin")
 OK_TARGET = 0.9
 REJECT_TARGET = 1.2
+#: futoin CPU per ok request against ``plain_scope``'s (issue 25).
+SCOPE_TARGET = 1.2
 #: A step of the harness that takes longer than this means a broken front, never a hang.
 STEP_TIMEOUT = 30.0
 
@@ -268,7 +272,8 @@ def run_backend(backend: str, mode: Mode) -> dict[str, Any]:
     best: dict[str, dict[str, float]] = {}
     runs: dict[str, int] = dict.fromkeys(IMPLS, 0)
     for r in range(mode.rounds):
-        order = IMPLS if r % 2 == 0 else IMPLS[::-1]
+        k = r % len(IMPLS)
+        order = IMPLS[k:] + IMPLS[:k]
         for impl in order:
             print(f"  {backend} round {r + 1}: {impl}", file=sys.stderr, flush=True)
             res = asyncio.run(run_front(impl, backend, mode))
@@ -280,11 +285,13 @@ def run_backend(backend: str, mode: Mode) -> dict[str, Any]:
                 cell["cpu_share"] = res["ok"]["cpu_share"]
             cell["cpu_ok"] = min(cell["cpu_ok"], res["ok"]["cpu_per_request"])
             cell["cpu_reject"] = min(cell["cpu_reject"], res["reject"]["cpu_per_request"])
-    plain, ours = best["plain"], best["futoin"]
+    plain, scoped, ours = best["plain"], best["plain_scope"], best["futoin"]
     return {
-        "backend": backend, "plain": plain, "futoin": ours, "requests_checked": runs,
+        "backend": backend, "plain": plain, "plain_scope": scoped, "futoin": ours,
+        "requests_checked": runs,
         "ratio_ok": ours["per_s"] / plain["per_s"],
         "ratio_cpu": ours["cpu_ok"] / plain["cpu_ok"],
+        "ratio_cpu_scope": ours["cpu_ok"] / scoped["cpu_ok"],
         "ratio_reject": ours["cpu_reject"] / plain["cpu_reject"],
     }
 
@@ -294,7 +301,8 @@ def _status(good: bool) -> str:
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    """The Markdown table: figures, ratios futoin/plain, targets."""
+    """The Markdown tables: figures, ratios futoin/plain, targets; then the ``plain_scope``
+    side (a cancel scope per request) where the rows have it."""
     out = [
         "| backend | plain ok req/s | futoin ok req/s | ratio (>= 0.9) "
         "| plain CPU/req | futoin CPU/req | ratio "
@@ -309,6 +317,24 @@ def render(rows: list[dict[str, Any]]) -> str:
             f"| {p['cpu_ok'] * 1e6:.0f} µs | {f['cpu_ok'] * 1e6:.0f} µs | {row['ratio_cpu']:.2f} "
             f"| {p['cpu_reject'] * 1e6:.1f} µs | {f['cpu_reject'] * 1e6:.1f} µs "
             f"| {row['ratio_reject']:.2f} {_status(row['ratio_reject'] <= REJECT_TARGET)} |")
+    scoped = [row for row in rows if "plain_scope" in row]
+    if scoped:
+        out += [
+            "",
+            "CPU per ok request against a plain front with a cancel scope per request"
+            " (`plain_scope`):",
+            "",
+            "| backend | plain CPU/req | plain_scope CPU/req | futoin CPU/req "
+            "| futoin / plain_scope (<= 1.2) |",
+            "| --- | ---: | ---: | ---: | --- |",
+        ]
+        for row in scoped:
+            r = row["ratio_cpu_scope"]
+            out.append(
+                f"| {row['backend']} | {row['plain']['cpu_ok'] * 1e6:.0f} µs "
+                f"| {row['plain_scope']['cpu_ok'] * 1e6:.0f} µs "
+                f"| {row['futoin']['cpu_ok'] * 1e6:.0f} µs "
+                f"| {r:.2f} {_status(r <= SCOPE_TARGET)} |")
     out.append("")
     out.append("Front busy (CPU s per wall s) in the best ok round: " + "; ".join(
         f"{row['backend']} plain {row['plain']['cpu_share']:.2f}, "
@@ -318,7 +344,8 @@ def render(rows: list[dict[str, Any]]) -> str:
 
 
 def targets_hold(rows: list[dict[str, Any]]) -> bool:
-    return all(r["ratio_ok"] >= OK_TARGET and r["ratio_reject"] <= REJECT_TARGET for r in rows)
+    return all(r["ratio_ok"] >= OK_TARGET and r["ratio_reject"] <= REJECT_TARGET
+               and r.get("ratio_cpu_scope", 0.0) <= SCOPE_TARGET for r in rows)
 
 
 def profile(impl: str, backend: str, mode: Mode, top: int, phase: str) -> int:

@@ -1,0 +1,291 @@
+"""What a request costs: counts per request of the gateway's ok path, futoin against plain.
+
+From the repository root::
+
+    python -m benchmarks.account                     # 2,000 requests, both backends
+    python -m benchmarks.account -n 500 --backends trio
+
+Runs ``n`` requests of the ``ok`` path of ``benchmarks.gateway``'s front in this process, one
+after the other in one task, through the front's own ``process_plain`` / ``process_futoin``
+(admission, deadline, two backend calls in parallel, result). No sockets: each backend call is
+in memory, one checkpoint (``trio.lowlevel.checkpoint()``, AnyIO's on asyncio) and the answer,
+so the counts are those of the request logic and the event loop, not of I/O or JSON. After a
+warm-up of 50 requests, each count is taken in a pass of its own over ``n`` requests, with the
+cyclic collector disabled:
+
+* **scopes**: cancel scopes entered: calls of ``trio.CancelScope.__enter__`` on trio (AnyIO's
+  trio scopes and trio's nurseries enter one too), of AnyIO's asyncio ``CancelScope.__enter__``
+  (``type(anyio.CancelScope())``) on asyncio; seen by a ``sys.setprofile`` hook;
+* **tasks**: tasks spawned: a ``trio.abc.Instrument``'s ``task_spawned`` on trio, a counting
+  task factory of the asyncio loop on asyncio;
+* **calls**: Python frames entered, ``sys.setprofile`` ``call`` events (a call of a Python
+  function, and each resumption of a coroutine or generator); the event loop's own included;
+* **objects**: objects created (every type, ``int`` and ``bytes`` included), counted in C by a
+  ``PyRefTracer`` (Python 3.13+; compiled with cffi, so it needs a C compiler and setuptools,
+  else ``n/a``);
+* **cyclic**: objects left for the cyclic collector: what ``gc.collect()`` finds unreachable
+  after the pass.
+
+Everything is divided by ``n``. The counts are deterministic for a given Python, AnyIO and trio
+(objects and calls may differ by a fraction of one per request between runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import importlib.util
+import json
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # ``python benchmarks/account.py``
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import anyio
+
+from benchmarks._gateway_front import IMPLS, Conn, Front
+from benchmarks._gateway_load import expected_value, value_a, value_b
+
+BACKENDS = ("asyncio", "trio")
+COUNTS = ("scopes", "tasks", "calls", "objects", "cyclic")
+WARMUP = 50
+
+_C_SOURCE = r"""
+#include <Python.h>
+
+static unsigned long long created;
+
+static int count_created(PyObject *obj, PyRefTracerEvent event, void *data)
+{
+    (void)obj;
+    (void)data;
+    if (event == PyRefTracer_CREATE)
+        created++;
+    return 0;
+}
+
+static void tracer_start(void)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    created = 0;
+    PyRefTracer_SetTracer(count_created, NULL);
+    PyGILState_Release(g);
+}
+
+static unsigned long long tracer_stop(void)
+{
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyRefTracer_SetTracer(NULL, NULL);
+    PyGILState_Release(g);
+    return created;
+}
+"""
+_CDEF = "static void tracer_start(void);\nstatic unsigned long long tracer_stop(void);\n"
+_tracer: list[Any] = []
+
+
+def object_counter() -> tuple[Any, str]:
+    """The compiled object counter (``lib.tracer_start``/``tracer_stop``), or None and why not."""
+    if _tracer:
+        return _tracer[0], ""
+    if sys.version_info < (3, 13):
+        return None, "PyRefTracer needs Python 3.13+"
+    try:
+        from cffi import FFI
+
+        from futoin_anyio.binary import require_build_tools
+
+        require_build_tools()
+        ffi = FFI()
+        ffi.cdef(_CDEF)
+        name = "_futoin_bench_objects"
+        ffi.set_source(name, _C_SOURCE, py_limited_api=False,
+                       define_macros=[("_CFFI_NO_LIMITED_API", "1")])  # PyRefTracer: full API
+        path = ffi.compile(tmpdir=tempfile.mkdtemp(prefix="futoin-bench-objects-"))
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as e:  # no compiler, no setuptools, ...
+        return None, f"{type(e).__name__}: {e}"
+    _tracer.append(module.lib)
+    return module.lib, ""
+
+
+class _Memory:
+    """A backend link in memory: one checkpoint, then the answer."""
+
+    __slots__ = ("checkpoint", "name")
+
+    def __init__(self, name: str, checkpoint: Callable[[], Any]) -> None:
+        self.name, self.checkpoint = name, checkpoint
+
+    async def call(self, req: dict[str, Any], attempt: int) -> tuple[int, str | None]:
+        await self.checkpoint()
+        rid = req["id"]
+        return (value_a(rid) if self.name == "a" else value_b(rid, attempt)), None
+
+
+async def _account(impl: str, backend: str, n: int) -> dict[str, Any]:
+    front = Front(impl, backend)
+    if backend == "trio":
+        import trio
+
+        checkpoint: Callable[[], Any] = trio.lowlevel.checkpoint
+        scope_class: Any = trio.CancelScope
+    else:
+        checkpoint = anyio.lowlevel.checkpoint
+        scope_class = type(anyio.CancelScope())
+    conn = Conn(send=None)  # type: ignore[arg-type]  # the account sends no reply
+    conn.a, conn.b = _Memory("a", checkpoint), _Memory("b", checkpoint)
+    process = front.process
+    next_id = [0]
+
+    async def requests(count: int) -> None:
+        for _ in range(count):
+            next_id[0] += 1
+            rid = next_id[0]
+            outcome, value = await process(conn, {"id": rid, "kind": "ok"})
+            if outcome != "ok" or value != expected_value(rid, "ok"):
+                raise AssertionError(f"request {rid}: {outcome} {value}")
+
+    await requests(WARMUP)
+    gc.collect()
+    gc.disable()
+    try:
+        out: dict[str, Any] = {"impl": impl, "backend": backend, "n": n}
+        # scopes and calls
+        enter = scope_class.__enter__.__code__
+        tally = {"calls": 0, "scopes": 0}
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            if event == "call":
+                tally["calls"] += 1
+                if frame.f_code is enter:
+                    tally["scopes"] += 1
+
+        sys.setprofile(profile)
+        try:
+            await requests(n)
+        finally:
+            sys.setprofile(None)
+        out["calls"], out["scopes"] = tally["calls"] / n, tally["scopes"] / n
+        # tasks
+        out["tasks"] = await _count_tasks(backend, requests, n) / n
+        # objects created
+        lib, why = object_counter()
+        if lib is None:
+            out["objects"], out["objects_na"] = None, why
+        else:
+            lib.tracer_start()
+            try:
+                await requests(n)
+            finally:
+                created = lib.tracer_stop()
+            out["objects"] = created / n
+        # left for the cyclic collector
+        gc.collect()
+        await requests(n)
+        out["cyclic"] = gc.collect() / n
+        return out
+    finally:
+        gc.enable()
+
+
+async def _count_tasks(backend: str, requests: Callable[[int], Any], n: int) -> int:
+    spawned = [0]
+    if backend == "trio":
+        import trio
+
+        class Spawned(trio.abc.Instrument):
+            def task_spawned(self, task: trio.lowlevel.Task) -> None:
+                spawned[0] += 1
+
+        instrument = Spawned()
+        trio.lowlevel.add_instrument(instrument)
+        try:
+            await requests(n)
+        finally:
+            trio.lowlevel.remove_instrument(instrument)
+        return spawned[0]
+    loop = asyncio.get_running_loop()
+    previous = loop.get_task_factory()
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+        spawned[0] += 1
+        if previous is not None:
+            return previous(loop, coro, **kwargs)
+        return asyncio.Task(coro, loop=loop, **kwargs)
+
+    loop.set_task_factory(factory)
+    try:
+        await requests(n)
+    finally:
+        loop.set_task_factory(previous)
+    return spawned[0]
+
+
+def account(impl: str, backend: str, n: int) -> dict[str, Any]:
+    """The counts per request of ``n`` ok requests of ``impl`` on ``backend``."""
+    result: dict[str, Any] = anyio.run(_account, impl, backend, n, backend=backend)
+    return result
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
+def render(rows: list[dict[str, Any]]) -> str:
+    """One line per backend and count: plain, futoin, futoin - plain."""
+    out = ["| backend | per request | plain | futoin | futoin - plain |",
+           "| --- | --- | ---: | ---: | ---: |"]
+    for backend in dict.fromkeys(r["backend"] for r in rows):
+        sides = {r["impl"]: r for r in rows if r["backend"] == backend}
+        plain, ours = sides["plain"], sides["futoin"]
+        for count in COUNTS:
+            p, f = plain[count], ours[count]
+            diff = "n/a" if p is None or f is None else f"{f - p:+,.1f}"
+            out.append(f"| {backend} | {count} | {_fmt(p)} | {_fmt(f)} | {diff} |")
+    missing = {r["objects_na"] for r in rows if r.get("objects_na")}
+    if missing:
+        out += ["", "objects: n/a: " + "; ".join(sorted(missing))]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.account",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=2000, help="requests per count and side")
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--json", type=Path, help="write the counts here")
+    args = parser.parse_args(argv)
+    rows = [account(impl, backend, args.n)
+            for backend in args.backends.split(",") for impl in IMPLS]
+    print(f"Per ok request of the gateway's front, in process, {args.n} requests per count "
+          f"(Python {sys.version.split()[0]}, anyio {_version('anyio')}, "
+          f"trio {_version('trio')})")
+    print()
+    print(render(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import version
+
+    try:
+        return version(name)
+    except Exception:
+        return "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

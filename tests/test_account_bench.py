@@ -1,0 +1,42 @@
+"""The per-request account (``benchmarks.account``) runs on both backends and counts what it says.
+
+A few requests per count: this checks that every counter sees what the ok path must make (a
+cancel scope, the two backend calls' tasks, Python calls, objects), never how many.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import pytest
+
+from benchmarks import account
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_account_counts_each_side(backend: str) -> None:
+    rows = [account.account(impl, backend, 20) for impl in ("plain", "futoin")]
+    for row in rows:
+        assert row["scopes"] >= 1, row  # the deadline's scope, at least
+        assert row["tasks"] >= 1, row  # the parallel backend calls
+        assert row["calls"] > 10, row
+        assert row["cyclic"] >= 0, row
+        if row["objects"] is None:
+            assert sys.version_info < (3, 13) or row["objects_na"], row
+        else:
+            assert row["objects"] > 10, row
+    table = account.render(rows)
+    for count in account.COUNTS:
+        assert f"| {backend} | {count} |" in table
+
+
+def test_the_object_counter_counts_objects_created() -> None:
+    lib, why = account.object_counter()
+    if lib is None:
+        pytest.skip(f"no object counter here: {why}")
+    lib.tracer_start()
+    made = [object() for _ in itertools.repeat(None, 1000)]  # range() would make ints
+    created = lib.tracer_stop()
+    assert len(made) == 1000
+    assert 1000 <= created < 1100
