@@ -242,7 +242,8 @@ class _Driver:
             trio = sys.modules["trio"]
             self._threadsafe = trio.lowlevel.current_trio_token()
             self._library = "trio"
-            self._clock = trio.current_time
+            # The run's clock itself: trio.current_time() goes through three more calls.
+            self._clock = trio.lowlevel.current_clock().current_time
 
     def _from_thread(self, func: Callable[..., object], *args: Any, raw: bool = False) -> None:
         """Run ``func(*args)`` in the driver, called from another thread. It runs as a callback
@@ -487,7 +488,9 @@ class _Driver:
                 await self._run_inline()
             elif self._ready:
                 self._tick()
-                if self._inline_next is None:
+                # A schedule point only if work is left over (a burst was used up): otherwise
+                # the next turn parks the task, which is one.
+                if self._ready and self._inline_next is None:
                     self._slept = True
                     await checkpoint()
             elif self._timers and self._next_deadline() != math.inf:

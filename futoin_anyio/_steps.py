@@ -586,8 +586,9 @@ class AsyncSteps:
         then runs on the awaiting task's thread.
 
         It is always a cancel point: a task already cancelled does not start the root. It is a
-        schedule point whenever the root waits; a root that completes at once makes one on
-        every 16th such call in a row, so that a loop of instant roots cannot starve the event
+        schedule point whenever the root waits for another task, a timer or I/O; a root that
+        completes without that (at once, or with only its own callbacks between its steps)
+        makes one on every 16th such call in a row, so that a loop of instant roots cannot starve the event
         loop without a task switch per call.
         """
         self._check_startable("promise()")
