@@ -56,6 +56,22 @@ __all__ = ("AsyncSteps",)
 
 logger = logging.getLogger("futoin_anyio")
 
+_asyncio_check: Callable[[], Awaitable[None]] | None = None
+
+
+def _asyncio_cancel_check() -> Callable[[], Awaitable[None]]:
+    """AnyIO's asyncio ``checkpoint_if_cancelled``, looked up once (the public function looks
+    the backend up on every call, through sniffio); AnyIO's public function where that fails."""
+    global _asyncio_check
+    try:
+        from anyio._core._eventloop import get_async_backend
+
+        _asyncio_check = get_async_backend("asyncio").checkpoint_if_cancelled
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover - another AnyIO
+        _asyncio_check = _checkpoint_if_cancelled
+    return _asyncio_check
+
+
 #: ``promise()`` calls whose driver never yielded, in a row; every ``_YIELD_EVERY``-th makes a
 #: schedule point (see :meth:`AsyncSteps.promise`).
 _YIELD_EVERY = 16
@@ -588,8 +604,8 @@ class AsyncSteps:
         It is always a cancel point: a task already cancelled does not start the root. It is a
         schedule point whenever the root waits for another task, a timer or I/O; a root that
         completes without that (at once, or with only its own callbacks between its steps)
-        makes one on every 16th such call in a row, so that a loop of instant roots cannot starve the event
-        loop without a task switch per call.
+        makes one on every 16th such call in a row, so that a loop of instant roots cannot
+        starve the event loop without a task switch per call.
         """
         self._check_startable("promise()")
         driver = AsyncTool._private()
@@ -601,7 +617,7 @@ class AsyncSteps:
         if trio:
             await sys.modules["trio"].lowlevel.checkpoint_if_cancelled()
         else:
-            await _checkpoint_if_cancelled()
+            await (_asyncio_check or _asyncio_cancel_check())()
         try:
             driver._current = flow
             try:
