@@ -74,6 +74,9 @@ _CoroRunner = Callable[..., Coroutine[Any, Any, None]]
 #: written to (the writers make the real container first).
 _EMPTY: Any = ()
 
+#: AnyIO's backend module has been imported (see :meth:`_Driver._bind`).
+_backend_loaded = False
+
 #: Guards the hand-over of ``immediate()`` calls from other threads (rare: one lock for all).
 _foreign = Lock()
 
@@ -233,6 +236,12 @@ class _Driver:
         # asyncio's loop.call_soon_threadsafe(), trio's token.run_sync_soon(): non-blocking and
         # safe from any thread. Found directly, as AnyIO's current_token() costs ~10 us, and a
         # promise() driver binds every time.
+        global _backend_loaded
+        if not _backend_loaded:
+            # AnyIO imports its backend module on first use (tens of milliseconds): do it now,
+            # before any deadline is read from the clock, not inside the first set_timeout().
+            anyio.current_time()
+            _backend_loaded = True
         loop = _running_asyncio_loop()
         if loop is not None:
             self._threadsafe = loop
