@@ -7,7 +7,9 @@ Three loops, each idle while it has nothing to do:
 - *signals*: while a token of this process is queued, block on the agent's signal list
   (``BLPOP``) and let in the waiter whose token a script pushed there;
 - *leases*: while a token is queued or held, renew the leases every third of ``lease_ms``;
-- *periods*: while a Throttle entry waits, start the next period when the current one ends.
+- *periods*: while a Throttle entry waits, start the next period when the current one ends;
+- *purges*: while a token is stale (its leave or release failed: Redis may still hold it, and
+  will when it comes back with its data), drop it in Redis, retrying with a growing pause.
 
 When Redis fails (a command raises, or a blocking wait outlives its time bound), every queued
 waiter fails with ``CommError`` naming the cause; the next entry tries Redis again.
@@ -28,6 +30,7 @@ from anyio import (
     current_time,
     fail_after,
     get_cancelled_exc_class,
+    move_on_after,
     sleep,
     sleep_until,
 )
@@ -45,6 +48,8 @@ logger: Final = logging.getLogger("futoin_anyio.redis")
 #: Seconds a blocking wait may exceed its own server-side timeout before Redis counts as
 #: unreachable.
 _GRACE: Final = 2.0
+#: The longest pause between two tries to drop stale tokens while Redis is unreachable.
+_PURGE_BACKOFF: Final = 0.5
 
 
 class Waiter:
@@ -93,6 +98,8 @@ class Agent:
         self._wake_leases: Event | None = None
         self._wake_ticks: Event | None = None
         self._wake_settled: Event | None = None
+        self._wake_purges: Event | None = None
+        self.cores: list[Any] = []  # the cores of this primitive (see ``_cores``)
         self.pending: set[int] = set()  # releases and leaves on their way to Redis, by number
         self._spawned = 0
         self._tick_scope: CancelScope | None = None
@@ -147,6 +154,13 @@ class Agent:
         self.failures += 1
         for w in [w for w in self.waiters.values() if w.state is QUEUED]:
             self.fail(w, info)
+
+    def remember(self, core: Any, token: str) -> None:
+        """``token``'s leave failed: Redis may still hold it. Drop it before ``core``'s next
+        call, and in the background; forget it once its lease surely ended (a lease after its
+        last renewal at most, plus a renewal interval for the clocks' drift)."""
+        core.stale[token] = current_time() + self.lease_ms / 1000.0 + self.interval
+        self._poke("_wake_purges")
 
     # -- Redis calls ------------------------------------------------------------------------------
 
@@ -243,6 +257,7 @@ class Agent:
             async with create_task_group() as tg:
                 tg.start_soon(self._signals)
                 tg.start_soon(self._leases)
+                tg.start_soon(self._purges)
                 if self.throttle is not None:
                     tg.start_soon(self._ticks)
         except get_cancelled_exc_class():
@@ -273,6 +288,7 @@ class Agent:
                 await sleep(backoff)  # a broken connection: not a busy loop
                 continue
             backoff = 0.0
+            self._poke("_wake_purges")  # Redis answers: a purge waiting to retry can go now
             if got is None:
                 continue
             self._grant(got[1])
@@ -291,6 +307,31 @@ class Agent:
         w = self.waiters.get(token)
         if w is not None and (w.state is QUEUED or w.state is NEW):
             w.core.granted(w)
+
+    async def _purges(self) -> None:
+        backoff = 0.0
+        while True:
+            now = current_time()
+            cores = []
+            for core in self.cores:
+                for token in [t for t, end in core.stale.items() if end <= now]:
+                    del core.stale[token]  # its lease ended in Redis
+                if core.stale:
+                    cores.append(core)
+            if not cores:
+                backoff = 0.0
+                await self._idle("_wake_purges")
+                continue
+            try:
+                for core in cores:
+                    await core.purge()
+            except FutoInError as e:
+                logger.debug("%s: dropping stale tokens failed: %s", self.what, e.info)
+                backoff = min(_PURGE_BACKOFF, self.interval, backoff * 2 or 0.02)
+                with move_on_after(backoff):
+                    await self._idle("_wake_purges")  # or Redis answered another call
+                continue
+            backoff = 0.0
 
     async def _leases(self) -> None:
         while True:
