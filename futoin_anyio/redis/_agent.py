@@ -105,6 +105,7 @@ class Agent:
         self._tick_scope: CancelScope | None = None
         self.failures = 0
         self.lost = 0
+        self._renew_backoff = 0.0
 
     # -- tokens and states ------------------------------------------------------------------------
 
@@ -334,11 +335,16 @@ class Agent:
             backoff = 0.0
 
     async def _leases(self) -> None:
+        # After a failed renewal the next try comes sooner (a growing pause, at most
+        # _PURGE_BACKOFF): a permit outlives an outage up to about two thirds of its lease.
+        delay = self.interval
         while True:
             if not self.waiters:
+                delay = self.interval
                 await self._idle("_wake_leases")
                 continue
-            await sleep(self.interval)
+            await sleep(delay)
+            delay = self.interval
             by_core: dict[Any, list[str]] = {}
             for w in self.waiters.values():
                 by_core.setdefault(w.core, []).append(w.token)
@@ -347,7 +353,11 @@ class Agent:
                     missing = await core.renew(tokens)
                 except FutoInError as e:
                     self.fail_all(str(e.info))
+                    self._renew_backoff = min(_PURGE_BACKOFF, self.interval,
+                                              self._renew_backoff * 2 or 0.05)
+                    delay = self._renew_backoff
                     continue
+                self._renew_backoff = 0.0
                 gone = set(missing)
                 for token in tokens:
                     found = self.waiters.get(token)
