@@ -243,3 +243,120 @@ async def test_lease_must_outlast_the_outage(anyio_backend: str, lease_ms: int,
             [] if lease_ms > 1000 * DOWN * 1.5 else
             [f"RedisMutex {name!r}: a permit's lease was lost in Redis (expired, or Redis "
              "restarted); the section goes on unprotected"])
+
+
+@asynccontextmanager
+async def master_and_replica() -> AsyncIterator[tuple[RedisServer, RedisServer]]:
+    master = RedisServer()
+    replica = None
+    try:
+        replica = RedisServer(replica_of=master)
+        await anyio.to_thread.run_sync(replica.link_up)
+        yield master, replica
+    finally:
+        if replica is not None:
+            replica.close()
+        master.close()
+        gc.collect()
+
+
+def durable(kind: str, client: Any, name: str, wait_ms: float = 1000) -> Any:
+    if kind == "mutex":
+        return RedisMutex(client, name, wait_replicas=1, wait_timeout_ms=wait_ms)
+    if kind == "limiter":
+        return RedisLimiter(client, name, concurrent=1, max_queue=None, rate=1000, burst=None,
+                            wait_replicas=1, wait_timeout_ms=wait_ms)
+    return RedisThrottle(client, name, 1, period_ms=150, wait_replicas=1,
+                         wait_timeout_ms=wait_ms)
+
+
+def holders_key(kind: str, name: str) -> str:
+    return f"futoin:{{{name}}}:{'m' if kind == 'mutex' else 'c'}:h"
+
+
+@pytest.mark.parametrize("kind", ["mutex", "limiter", "throttle"])
+async def test_durable_grant_is_on_the_replica_when_let_in(anyio_backend: str,
+                                                           kind: str) -> None:
+    """``wait_replicas=1``: an entry goes in only once its grant is on the replica, whether it
+    took a free permit (its own script) or was handed one by another process's release."""
+    name = f"durable-{kind}"
+    async with master_and_replica() as (master, replica), \
+            coredis.Redis(host="127.0.0.1", port=master.port) as client, \
+            coredis.Redis(host="127.0.0.1", port=replica.port) as copy:
+        first, second = durable(kind, client, name), durable(kind, client, name)
+        seen: list[Any] = []
+
+        async def on_replica() -> Any:
+            if kind == "throttle":
+                return await copy.hget(f"futoin:{{{name}}}:t:p", "c")
+            return await copy.zcard(holders_key(kind, name))
+
+        gate = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            async def hold() -> None:
+                async with first:
+                    seen.append(await on_replica())  # checked before anything else is sent
+                    await gate.wait()
+
+            async def wait() -> None:
+                async with second:
+                    seen.append(await on_replica())
+
+            tg.start_soon(hold)
+            await wait_for(lambda: len(seen) == 1)
+            tg.start_soon(wait)
+            await wait_for(lambda: second.statistics().waiting == 1)
+            gate.set()
+        if kind == "throttle":
+            assert seen == [b"1", b"1"]  # each the one entry of its period
+        else:
+            assert seen == [1, 1]
+        assert not await client.exists([f"futoin:{{{name}}}:w"])  # the confirming write
+
+
+@pytest.mark.parametrize("path", ["own", "handed"])
+async def test_durable_grant_fails_without_the_replica(anyio_backend: str, path: str) -> None:
+    """The replica is frozen: a durable grant fails with ``CommError`` saying why, within
+    ``wait_timeout_ms``, and gives its permit back; once the replica is back entries work."""
+    name = f"durable-down-{path}"
+    async with master_and_replica() as (master, replica), \
+            coredis.Redis(host="127.0.0.1", port=master.port) as client:
+        holder = RedisMutex(client, name)  # not durable: not stopped by the frozen replica
+        mutex = durable("mutex", client, name, wait_ms=200)
+        errors: list[tuple[str, Any, float]] = []
+
+        async def enter() -> None:
+            start = anyio.current_time()
+            asi = AsyncSteps()
+            asi.sync(mutex, lambda asi: None)
+            try:
+                await asi.promise()
+            except FutoInError as e:
+                errors.append((e.code, asi.state.error_info, anyio.current_time() - start))
+
+        await anyio.to_thread.run_sync(replica.pause)
+        try:
+            if path == "own":
+                await enter()
+            else:
+                async with anyio.create_task_group() as tg:
+                    async with holder:
+                        await anyio.to_thread.run_sync(replica.resume)
+                        tg.start_soon(enter)  # queues while the replica is up
+                        await wait_for(lambda: mutex.statistics().waiting == 1)
+                        await anyio.to_thread.run_sync(replica.pause)
+                    # The release handed the permit over; the wait for the replica fails.
+                    await wait_for(lambda: len(errors) == 1)
+        finally:
+            await anyio.to_thread.run_sync(replica.resume)
+        code, info, took = errors[0]
+        print(f"durable, replica frozen, {path} grant ({anyio_backend}): {code} after "
+              f"{took:.3f} s: {info}")
+        assert code == Errors.CommError
+        assert info == (f"RedisMutex {name!r}: the grant did not reach 1 replica(s) within "
+                        "200 ms (WAIT): not let in")
+        with anyio.fail_after(5):  # the permit was given back
+            while await client.zcard(f"futoin:{{{name}}}:m:h"):  # noqa: ASYNC110
+                await anyio.sleep(0.005)
+            async with mutex:
+                pass

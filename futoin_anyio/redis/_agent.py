@@ -77,8 +77,13 @@ def describe(exc: BaseException) -> str:
 class Agent:
     """The process-side state of one primitive object (see the module docstring)."""
 
-    def __init__(self, client: Any, name: str, lease_ms: float, what: str) -> None:
+    def __init__(self, client: Any, name: str, lease_ms: float, what: str,
+                 wait_replicas: int = 0, wait_timeout_ms: int = 1000) -> None:
         self.client = client
+        # Durable grants: each grant is acknowledged by this many replicas (WAIT) before its
+        # entry goes in (0: not asked).
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
         self.name = name
         self.what = what  # "RedisMutex 'name'", for messages
         self.lease_ms = lease_ms
@@ -168,14 +173,28 @@ class Agent:
     def error(self, exc: BaseException) -> FutoInError:
         return FutoInError(Errors.CommError, f"{self.what}: Redis unreachable ({describe(exc)})")
 
-    async def call(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run a script; any failure of Redis becomes ``CommError`` naming the cause."""
+    async def call(self, script: Any, keys: Sequence[str], args: Sequence[Any],
+                   durable: bool = False) -> Any:
+        """Run a script; any failure of Redis becomes ``CommError`` naming the cause.
+
+        ``durable`` (with ``wait_replicas``): the script's writes, and every earlier one of
+        its connection, have reached ``wait_replicas`` replicas when it returns (``WAIT``
+        on the same connection, by coredis's ``ensure_replication``)."""
         try:
+            if durable and self.wait_replicas:
+                with fail_after(self.interval + _GRACE + self.wait_timeout_ms / 1000.0), \
+                        self.client.ensure_replication(self.wait_replicas, self.wait_timeout_ms):
+                    return await script(keys=keys, args=args)
             with fail_after(self.interval + _GRACE):
                 return await script(keys=keys, args=args)
         except FutoInError:
             raise
         except Exception as e:
+            if type(e).__name__ == "ReplicationError":
+                raise FutoInError(
+                    Errors.CommError,
+                    f"{self.what}: the grant did not reach {self.wait_replicas} replica(s) "
+                    f"within {self.wait_timeout_ms} ms (WAIT): not let in") from e
             raise self.error(e) from e
 
     # -- background work --------------------------------------------------------------------------
@@ -292,22 +311,54 @@ class Agent:
             self._poke("_wake_purges")  # Redis answers: a purge waiting to retry can go now
             if got is None:
                 continue
-            self._grant(got[1])
-            if self.queued:  # several let in at once (a new period): take them all in one go
+            tokens = [got[1]]
+            if self.queued > 1:  # several let in at once (a new period): take them all at once
                 try:
-                    more = await client.lpop(self.signal_key, 64)
+                    tokens.extend(await client.lpop(self.signal_key, 64) or ())
                 except Exception as e:
                     self.fail_all(self.error(e).info)
                     continue
-                for token in more or ():
+            if self.wait_replicas:
+                await self._confirm(tokens)
+            else:
+                for token in tokens:
                     self._grant(token)
 
-    def _grant(self, token: str | bytes) -> None:
+    def _waiter(self, token: str | bytes) -> Waiter | None:
         if isinstance(token, bytes):
             token = token.decode()
         w = self.waiters.get(token)
         if w is not None and (w.state is QUEUED or w.state is NEW):
+            return w
+        return None
+
+    def _grant(self, token: str | bytes) -> None:
+        w = self._waiter(token)
+        if w is not None:
             w.core.granted(w)
+
+    async def _confirm(self, tokens: list[Any]) -> None:
+        """Durable grants: before letting in waiters granted by another process's script,
+        make sure that script reached the replicas. A write of this process after it (the
+        confirming script) acknowledged by ``WAIT`` covers it: replication is in order."""
+        by_core: dict[Any, list[Waiter]] = {}
+        for token in tokens:
+            w = self._waiter(token)
+            if w is not None:
+                by_core.setdefault(w.core, []).append(w)
+        for core, ws in by_core.items():
+            try:
+                missing = set(await core.confirm([w.token for w in ws]))
+            except FutoInError as e:
+                for w in ws:
+                    self.fail(w, str(e.info))  # and gives its permit back
+                continue
+            for w in ws:
+                if w.token in missing:
+                    self.fail(w, f"{self.what}: the place in the queue was lost in Redis "
+                                 "(lease expired, or Redis restarted)")
+                elif w.state is QUEUED or w.state is NEW:
+                    core.granted(w)
 
     async def _purges(self) -> None:
         backoff = 0.0

@@ -43,6 +43,8 @@ class _Core:
         #: Tokens whose leave failed -> when to forget them (their lease surely ended).
         self.stale: dict[str, float] = {}
         agent.cores.append(self)
+        self._confirm = agent.client.register_script(_scripts.CONFIRM)
+        self._confirm_keys = [agent.prefix + "w"]
 
     def granted(self, w: Waiter) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -77,6 +79,12 @@ class _Core:
         for token in tokens:
             self.stale.pop(token, None)
 
+    async def confirm(self, tokens: list[str]) -> list[str]:
+        """Durable grants: ``tokens`` were let in by another process; returns those that are
+        no longer known once the grant is on the replicas (``CommError`` if it is not)."""
+        missing = await self.agent.call(self._confirm, self._confirm_keys, tokens, durable=True)
+        return [_text(t) for t in missing]
+
     async def _call(self, script: Any, args: list[Any]) -> Any:
         """Run one of this core's scripts, after dropping its stale tokens."""
         if self.stale:
@@ -109,7 +117,7 @@ class _Core:
             for core in (self, *others):
                 if core.stale:
                     await core.purge()
-            return await self.agent.call(script, keys, args)
+            return await self.agent.call(script, keys, args, durable=True)
         except BaseException:
             self.agent.set_done(w)
             self.agent.spawn(self.leave_token, w.token)  # the script may have run
@@ -124,6 +132,7 @@ class MutexCore(_Core):
         super().__init__(agent)
         p = agent.prefix + sub
         self.keys = [p + "h", p + "q", p + "ql", p + "seq"]
+        self._confirm_keys = [agent.prefix + "w", p + "h"]
         self.max = max
         self.max_queue = -1 if max_queue is None else max_queue
         self.reject_info = reject_info

@@ -260,3 +260,21 @@ if r[1] == -1 then
 end
 return {m[1], m[2], m[3], r[1], r[2], r[3], r[4]}
 """
+
+# -- Durable grants -----------------------------------------------------------------------------
+
+#: KEYS: a scratch key of the limit, [the holders]. ARGV: tokens let in by another process's
+#: script. A write of this process (set and deleted: nothing stays) after that script, so that
+#: ``WAIT`` on its connection covers the grant; returns the tokens that are not holders (a
+#: Mutex's or Limiter's place; a Throttle's entries are not kept).
+CONFIRM: Final = """
+redis.call('SET', KEYS[1], '1')
+redis.call('DEL', KEYS[1])
+local missing = {}
+if KEYS[2] then
+  for i = 1, #ARGV do
+    if not redis.call('ZSCORE', KEYS[2], ARGV[i]) then missing[#missing + 1] = ARGV[i] end
+  end
+end
+return missing
+"""
