@@ -36,3 +36,20 @@ def redis_server() -> Iterator[object]:
     server = RedisServer()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[object]:
+    """A real Redis Cluster (3 masters, 3 replicas) on 127.0.0.1 and free ports, for the whole
+    session (a failover test restarts the node it killed: it rejoins as a replica)."""
+    import shutil
+
+    from redis_support.cluster import RedisCluster
+
+    missing = [exe for exe in ("redis-server", "redis-cli") if shutil.which(exe) is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed: the Redis Cluster tests need them "
+                    "(scripts/test.sh installs them with apt-get)")
+    cluster = RedisCluster()
+    yield cluster
+    cluster.close()

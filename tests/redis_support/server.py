@@ -81,6 +81,11 @@ class RedisServer:
                 raise RuntimeError(f"replica on port {self.port}: no link to its master")
             time.sleep(0.02)
 
+    @property
+    def address(self) -> str:
+        """How a worker process is told to connect (see ``redis_support.worker``)."""
+        return str(self.port)
+
     def pause(self) -> None:
         """Freeze the server (``SIGSTOP``): connections stay open, nothing is answered."""
         assert self.proc is not None
