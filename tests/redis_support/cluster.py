@@ -113,8 +113,8 @@ class RedisCluster:
         return [p for p, proc in self.procs.items() if proc.poll() is None]
 
     def wait_ok(self, timeout: float = 30) -> None:
-        """Wait until every live node says ``cluster_state:ok`` and sees 3 masters each with a
-        replica whose link is up."""
+        """Wait until every live node says ``cluster_state:ok``, knows the 6 nodes and sees none
+        failing, and every master has a replica whose link is up."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -129,18 +129,32 @@ class RedisCluster:
 
     def _ok(self, port: int) -> bool:
         info = _fields(command(port, "CLUSTER", "INFO"))
-        if info.get("cluster_state") != "ok":
+        if info.get("cluster_state") != "ok" or info.get("cluster_known_nodes") != "6":
+            return False
+        if "fail" in command(port, "CLUSTER", "NODES"):  # a node seen as failing (fail?, fail)
             return False
         role = _fields(command(port, "INFO", "replication"))
         if role.get("role") == "slave":
             return role.get("master_link_status") == "up"
         return int(role.get("connected_slaves", "0")) >= 1
 
-    def slot_nodes(self, key: str) -> tuple[int, int]:
-        """The ports of the master serving ``key`` and of its replica, as the cluster says."""
+    def slot_nodes(self, key: str, timeout: float = 10) -> tuple[int, int]:
+        """The ports of the master serving ``key`` and of its replica, as the cluster says
+        (waiting, bounded, while a node rejoining after a failover is not seen as such yet)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self._slot_nodes(key)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.05)
+
+    def _slot_nodes(self, key: str) -> tuple[int, int]:
         port = self.alive()[0]
         slot = int(command(port, "CLUSTER", "KEYSLOT", key).strip())
-        nodes = [line.split() for line in command(port, "CLUSTER", "NODES").splitlines()]
+        text = command(port, "CLUSTER", "NODES")
+        nodes = [line.split() for line in text.splitlines()]
         master = None
         for n in nodes:
             if "master" in n[2] and "fail" not in n[2]:
@@ -152,7 +166,7 @@ class RedisCluster:
             raise RuntimeError(f"no master serves slot {slot}")
         replicas = [n for n in nodes if n[3] == master[0] and "fail" not in n[2]]
         if not replicas:
-            raise RuntimeError(f"the master of slot {slot} has no replica")
+            raise RuntimeError(f"the master of slot {slot} has no replica:\n{text}")
 
         def port_of(n: list[str]) -> int:
             return int(n[1].split("@")[0].rsplit(":", 1)[1])
