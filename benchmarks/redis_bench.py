@@ -55,6 +55,7 @@ MUTEX_RUNS = {
     "redis-py Lock (sleep=0.001)": ("redispy-mutex-1ms", FOUR),
     "floor: BLPOP/RPUSH ring": ("floor", MIXED),
     "floor: ring via redis-py": ("floor-redispy", FOUR),
+    "floor: ring + 1 script": ("floor-script", MIXED),
 }
 #: Durable grants (``wait_replicas=1``): run only when the server has a replica (``main``
 #: starts one; the quick test's server has none).
@@ -115,9 +116,12 @@ async def _ours_mutex(port: int, name: str, duration: float, rate: int, idx: int
         return _result(stamps, cpu0)
 
 
-async def _ring(name: str, duration: float, idx: int, blpop: Any, push: Any) -> Any:
+async def _ring(name: str, duration: float, idx: int, blpop: Any, push: Any,
+                extra: Any = None) -> Any:
     """The lock-free floor: pass a token around 4 processes through Redis lists, stamping each
-    hand-off. ``blpop(key)`` and ``push(key)`` are the client's own calls."""
+    hand-off. ``blpop(key)`` and ``push(key)`` are the client's own calls; ``extra()``, when
+    given, is one more call after each push (off the token's path, as a lock's acquiring
+    script is: it runs while another process holds the token)."""
     stamps: list[tuple[int, int]] = []
     mine, nxt = f"{name}:ring:{idx}", f"{name}:ring:{(idx + 1) % 4}"
     end = await _go() + duration
@@ -131,6 +135,8 @@ async def _ring(name: str, duration: float, idx: int, blpop: Any, push: Any) -> 
         t1 = time.time_ns()
         stamps.append((t0, t1))
         await push(nxt)
+        if extra is not None:
+            await extra()
     return _result(stamps, cpu0)
 
 
@@ -141,6 +147,21 @@ async def _floor(port: int, name: str, duration: float, rate: int, idx: int) -> 
         return await _ring(name, duration, idx,
                            lambda key: client.blpop([key], timeout=0.5),
                            lambda key: client.rpush(key, [b"t"]))
+
+
+async def _floor_script(port: int, name: str, duration: float, rate: int, idx: int) -> Any:
+    """The ring plus one script per hand-off: the command count of a FIFO lock whose entry
+    is a script (take the permit or queue), its wake-up a push, its release a script."""
+    import coredis
+
+    async with coredis.Redis(host="127.0.0.1", port=port) as client:
+        script = client.register_script("return redis.call('ZCARD', KEYS[1])")
+        key = f"{name}:extra"
+        await script(keys=[key], args=[])  # loaded
+        return await _ring(name, duration, idx,
+                           lambda key: client.blpop([key], timeout=0.5),
+                           lambda key: client.rpush(key, [b"t"]),
+                           lambda: script(keys=[key], args=[idx]))
 
 
 async def _floor_redispy(port: int, name: str, duration: float, rate: int, idx: int) -> Any:
@@ -279,6 +300,7 @@ def _work(impl: str, backend: str, port: str, name: str, duration: str, rate: st
         result = anyio.run(_ours_mutex, *args, int(rate), int(idx), 1, backend=backend)
     else:
         func: Any = {"ours-mutex": _ours_mutex, "floor": _floor, "floor-redispy": _floor_redispy,
+                     "floor-script": _floor_script,
                      "limits-limiter": _limits_limiter}.get(impl)
         if func is None:  # ours-limiter, ours-throttle, ours-control
             result = anyio.run(_ours_limiter, *args, int(rate), impl, backend=backend)
@@ -440,7 +462,8 @@ def report(figures: dict[str, Any]) -> None:
                   f"{f['overlaps']:8d}")
         ours = figures["RedisMutex(1)"]
         for key in ("redis-py Lock (sleep=0.1)", "redis-py Lock (sleep=0.001)",
-                    "floor: BLPOP/RPUSH ring", "floor: ring via redis-py"):
+                    "floor: BLPOP/RPUSH ring", "floor: ring via redis-py",
+                    "floor: ring + 1 script"):
             base = figures[key]
             if base["per_s"] and base["handoffs_per_s"]:
                 print(f"RedisMutex / {key}: {ours['per_s'] / base['per_s']:.2f}x acquisitions/s,"

@@ -308,7 +308,8 @@ class Agent:
                 await sleep(backoff)  # a broken connection: not a busy loop
                 continue
             backoff = 0.0
-            self._poke("_wake_purges")  # Redis answers: a purge waiting to retry can go now
+            if self._wake_purges is not None and any(c.stale for c in self.cores):
+                self._poke("_wake_purges")  # Redis answers: a purge waiting to retry can go
             if got is None:
                 continue
             tokens = [got[1]]
