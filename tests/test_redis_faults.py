@@ -266,7 +266,7 @@ def durable(kind: str, client: Any, name: str, wait_ms: float = 1000) -> Any:
     if kind == "limiter":
         return RedisLimiter(client, name, concurrent=1, max_queue=None, rate=1000, burst=None,
                             wait_replicas=1, wait_timeout_ms=wait_ms)
-    return RedisThrottle(client, name, 1, period_ms=150, wait_replicas=1,
+    return RedisThrottle(client, name, 1, period_ms=1000, wait_replicas=1,
                          wait_timeout_ms=wait_ms)
 
 
