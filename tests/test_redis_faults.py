@@ -212,11 +212,12 @@ async def test_throttle_stale_waiters_dropped(anyio_backend: str) -> None:
         assert await client.zcard(f"futoin:{{{name}}}:t:q") == 0
 
 
-@pytest.mark.parametrize("lease_ms", [3000, 900])
+@pytest.mark.parametrize("lease_ms", [4500, 900])
 async def test_lease_must_outlast_the_outage(anyio_backend: str, lease_ms: int,
                                              caplog: pytest.LogCaptureFixture) -> None:
     """The lease rule of docs/redis.rst: a holder keeps its permit through an outage shorter
-    than about two thirds of ``lease_ms`` (here 1 s against 3 s); with a lease shorter than
+    than about two thirds of ``lease_ms`` (here 1 s against 4.5 s: a margin for a loaded
+    machine's slow restart); with a lease shorter than
     the outage (0.9 s) the permit is gone when Redis is back, and the holder's process says so
     (``statistics().lost``, a warning) while its section goes on."""
     name = f"lease-{lease_ms}"
@@ -227,9 +228,14 @@ async def test_lease_must_outlast_the_outage(anyio_backend: str, lease_ms: int,
             await outage(server)
             if lease_ms > 1000 * DOWN * 1.5:
                 # Renewed again once Redis answers: still the one holder.
-                await anyio.sleep(lease_ms / 1000)  # a full lease: renewed or lost by then
+                # Renewals are retried within 0.5 s of each other: by then one reached Redis.
+                await anyio.sleep(2.0)
                 assert holder.statistics().lost == 0
-                assert await client.zcard(f"futoin:{{{name}}}:m:h") == 1
+                (_, expiry), = await client.zrange(f"futoin:{{{name}}}:m:h", 0, -1,
+                                                   withscores=True)
+                left = expiry - (await client.time()).timestamp() * 1000  # the server's clock
+                # Renewed after the restart: without it, less than 1.3 s would be left.
+                assert 2500 < left <= lease_ms, left
                 with anyio.move_on_after(0.2) as scope:
                     async with other:
                         pass  # pragma: no cover - the permit is held
