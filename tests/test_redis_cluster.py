@@ -183,7 +183,9 @@ async def test_failover_after_a_grant_the_replica_missed(redis_cluster: RedisClu
         first = RedisMutex(client, name, lease_ms=LEASE_MS, wait_replicas=int(durable),
                            wait_timeout_ms=300)
         second = RedisMutex(client, name, lease_ms=LEASE_MS)
-        async with first:  # warm up: scripts loaded on the master, replicated
+        # Warm up (scripts loaded on the master, replicated), with time to spare: a replica
+        # that just rejoined after the last test's failover may be slow to answer at first.
+        async with RedisMutex(client, name, wait_replicas=1, wait_timeout_ms=10000):
             pass
         a, b = Entry(first), Entry(second)
         errors: list[str] = []

@@ -44,13 +44,14 @@ def target(request: pytest.FixtureRequest) -> Any:
 
 def finish(procs: list[subprocess.Popen[bytes]], timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
-    for p in procs:
-        try:
+    try:
+        for p in procs:
             assert p.wait(max(0.1, deadline - time.monotonic())) == 0
-        finally:
+    finally:  # whatever failed, no worker is left running (or unreaped)
+        for p in procs:
             if p.poll() is None:
                 p.kill()
-                p.wait()
+            p.wait()
 
 
 async def get_int(client: Any, key: str) -> int:
