@@ -2,11 +2,13 @@
 
 The agent's background work runs in the task group of the coredis client's connection pool,
 which lives exactly as long as the application keeps the client entered (``async with client``).
-Three loops, each idle while it has nothing to do:
+Four loops, each idle while it has nothing to do:
 
 - *signals*: while a token of this process is queued, block on the agent's signal list
-  (``BLPOP``) and let in the waiter whose token a script pushed there;
-- *leases*: while a token is queued or held, renew the leases every third of ``lease_ms``;
+  (``BLPOP``) and let in the waiter whose token a script pushed there (with durable grants,
+  once a confirming write of this process has reached the replicas);
+- *leases*: while a token is queued or held, renew the leases every third of ``lease_ms``
+  (sooner again after a renewal failed);
 - *periods*: while a Throttle entry waits, start the next period when the current one ends;
 - *purges*: while a token is stale (its leave or release failed: Redis may still hold it, and
   will when it comes back with its data), drop it in Redis, retrying with a growing pause.
