@@ -55,6 +55,12 @@ MUTEX_RUNS = {
     "redis-py Lock (sleep=0.001)": ("redispy-mutex-1ms", FOUR),
     "floor: BLPOP/RPUSH ring": ("floor", MIXED),
     "floor: ring via redis-py": ("floor-redispy", FOUR),
+    "floor: ring + 1 script": ("floor-script", MIXED),
+}
+#: Durable grants (``wait_replicas=1``): run only when the server has a replica (``main``
+#: starts one; the quick test's server has none).
+DURABLE_RUNS = {
+    "RedisMutex(1) wait_replicas=1": ("ours-mutex-durable", MIXED),
 }
 LIMITER_RUNS = {
     "RedisLimiter": ("ours-limiter", MIXED),
@@ -89,14 +95,15 @@ def _result(stamps: Any, cpu0: float, **extra: Any) -> dict[str, Any]:
     return {"stamps": stamps, "cpu": time.process_time() - cpu0, **extra}
 
 
-async def _ours_mutex(port: int, name: str, duration: float, rate: int, idx: int) -> Any:
+async def _ours_mutex(port: int, name: str, duration: float, rate: int, idx: int,
+                      replicas: int = 0) -> Any:
     import coredis
 
     from futoin_anyio.redis import RedisMutex
 
     stamps: list[tuple[int, int]] = []
     async with coredis.Redis(host="127.0.0.1", port=port) as client:
-        mutex = RedisMutex(client, name)
+        mutex = RedisMutex(client, name, wait_replicas=replicas)
         async with mutex:  # warm up: scripts loaded, connections open
             pass
         end = await _go() + duration
@@ -109,9 +116,12 @@ async def _ours_mutex(port: int, name: str, duration: float, rate: int, idx: int
         return _result(stamps, cpu0)
 
 
-async def _ring(name: str, duration: float, idx: int, blpop: Any, push: Any) -> Any:
+async def _ring(name: str, duration: float, idx: int, blpop: Any, push: Any,
+                extra: Any = None) -> Any:
     """The lock-free floor: pass a token around 4 processes through Redis lists, stamping each
-    hand-off. ``blpop(key)`` and ``push(key)`` are the client's own calls."""
+    hand-off. ``blpop(key)`` and ``push(key)`` are the client's own calls; ``extra()``, when
+    given, is one more call after each push (off the token's path, as a lock's acquiring
+    script is: it runs while another process holds the token)."""
     stamps: list[tuple[int, int]] = []
     mine, nxt = f"{name}:ring:{idx}", f"{name}:ring:{(idx + 1) % 4}"
     end = await _go() + duration
@@ -125,6 +135,8 @@ async def _ring(name: str, duration: float, idx: int, blpop: Any, push: Any) -> 
         t1 = time.time_ns()
         stamps.append((t0, t1))
         await push(nxt)
+        if extra is not None:
+            await extra()
     return _result(stamps, cpu0)
 
 
@@ -135,6 +147,21 @@ async def _floor(port: int, name: str, duration: float, rate: int, idx: int) -> 
         return await _ring(name, duration, idx,
                            lambda key: client.blpop([key], timeout=0.5),
                            lambda key: client.rpush(key, [b"t"]))
+
+
+async def _floor_script(port: int, name: str, duration: float, rate: int, idx: int) -> Any:
+    """The ring plus one script per hand-off: the command count of a FIFO lock whose entry
+    is a script (take the permit or queue), its wake-up a push, its release a script."""
+    import coredis
+
+    async with coredis.Redis(host="127.0.0.1", port=port) as client:
+        script = client.register_script("return redis.call('ZCARD', KEYS[1])")
+        key = f"{name}:extra"
+        await script(keys=[key], args=[])  # loaded
+        return await _ring(name, duration, idx,
+                           lambda key: client.blpop([key], timeout=0.5),
+                           lambda key: client.rpush(key, [b"t"]),
+                           lambda: script(keys=[key], args=[idx]))
 
 
 async def _floor_redispy(port: int, name: str, duration: float, rate: int, idx: int) -> Any:
@@ -269,8 +296,11 @@ def _work(impl: str, backend: str, port: str, name: str, duration: str, rate: st
         result = anyio.run(_redispy_mutex, *args, 0.1, backend="asyncio")
     elif impl == "redispy-mutex-1ms":
         result = anyio.run(_redispy_mutex, *args, 0.001, backend="asyncio")
+    elif impl == "ours-mutex-durable":
+        result = anyio.run(_ours_mutex, *args, int(rate), int(idx), 1, backend=backend)
     else:
         func: Any = {"ours-mutex": _ours_mutex, "floor": _floor, "floor-redispy": _floor_redispy,
+                     "floor-script": _floor_script,
                      "limits-limiter": _limits_limiter}.get(impl)
         if func is None:  # ours-limiter, ours-throttle, ours-control
             result = anyio.run(_ours_limiter, *args, int(rate), impl, backend=backend)
@@ -362,7 +392,7 @@ def limiter_figures(result: dict[str, Any]) -> dict[str, Any]:
 def check(figures: dict[str, Any]) -> list[str]:
     """The invariants of a run (whatever its speed): empty when they hold."""
     bad = []
-    for key in MUTEX_RUNS:
+    for key in (*MUTEX_RUNS, *DURABLE_RUNS):
         f = figures.get(key)
         if f is not None and (f["overlaps"] or not f["entries"]):
             bad.append(f"{key}: {f['overlaps']} overlapping holders, {f['entries']} entries")
@@ -379,10 +409,13 @@ def check(figures: dict[str, Any]) -> list[str]:
     return bad
 
 
-def measure(port: int, parts: list[str], duration: float, rate: int) -> dict[str, Any]:
+def measure(port: int, parts: list[str], duration: float, rate: int,
+            durable: bool = False) -> dict[str, Any]:
+    """The runs of ``parts``; ``durable``: also the durable rows (the server has a replica)."""
     figures: dict[str, Any] = {"duration": duration, "rate": rate}
     if "mutex" in parts:
-        for key, (impl, backends) in MUTEX_RUNS.items():
+        runs = {**MUTEX_RUNS, **(DURABLE_RUNS if durable else {})}
+        for key, (impl, backends) in runs.items():
             figures[key] = mutex_figures(run(port, impl, backends, duration, rate))
     if "limiter" in parts:
         for key, (impl, backends) in LIMITER_RUNS.items():
@@ -420,18 +453,26 @@ def report(figures: dict[str, Any]) -> None:
               f"{duration:g} s per run")
         print(f"{'':28} {'entries':>8} {'acq/s':>7} {'handoff/s':>9} {'p50 ms':>7} "
               f"{'p99 ms':>7} {'CPU ms/acq':>10} {'overlaps':>8}")
-        for key in MUTEX_RUNS:
-            f = figures[key]
+        for key in (*MUTEX_RUNS, *DURABLE_RUNS):
+            f = figures.get(key)
+            if f is None:
+                continue
             print(f"{key:28} {f['entries']:8d} {f['per_s']:7.0f} {f['handoffs_per_s']:9.0f} "
                   f"{f['p50_ms']:7.2f} {f['p99_ms']:7.2f} {f['cpu_ms']:10.3f} "
                   f"{f['overlaps']:8d}")
         ours = figures["RedisMutex(1)"]
         for key in ("redis-py Lock (sleep=0.1)", "redis-py Lock (sleep=0.001)",
-                    "floor: BLPOP/RPUSH ring", "floor: ring via redis-py"):
+                    "floor: BLPOP/RPUSH ring", "floor: ring via redis-py",
+                    "floor: ring + 1 script"):
             base = figures[key]
             if base["per_s"] and base["handoffs_per_s"]:
                 print(f"RedisMutex / {key}: {ours['per_s'] / base['per_s']:.2f}x acquisitions/s,"
                       f" {ours['handoffs_per_s'] / base['handoffs_per_s']:.2f}x hand-offs/s")
+        for key in DURABLE_RUNS:
+            f = figures.get(key)
+            if f is not None and f["handoffs_per_s"]:
+                print(f"{key} / RedisMutex(1): {f['handoffs_per_s'] / ours['handoffs_per_s']:.2f}x"
+                      f" hand-offs/s (the cost of waiting for the replica)")
     if "RedisLimiter" in figures:
         print(f"\nRate limit of {rate}/s, 4 processes x {TASKS} tasks, {duration:g} s per run")
         print(f"{'':28} {'entries':>8} {'rate/s':>9} {'error %':>8} {'rejected':>9} "
@@ -467,13 +508,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         os.environ["FUTOIN_BENCH_PROFILE"] = os.path.abspath(args.profile)
     server = RedisServer()
+    replica = None
     try:
-        figures = measure(server.port, parts, duration, args.rate)
+        # A replica on the same host, for the durable rows (wait_replicas=1).
+        replica = RedisServer(replica_of=server)
+        replica.link_up()
+        figures = measure(server.port, parts, duration, args.rate, durable=True)
     finally:
+        if replica is not None:
+            replica.close()
         server.close()
     report(figures)
     if args.profile:
-        runs = {**MUTEX_RUNS, **LIMITER_RUNS}
+        runs = {**MUTEX_RUNS, **DURABLE_RUNS, **LIMITER_RUNS}
         for key, (impl, _) in runs.items():
             path = f"{os.path.abspath(args.profile)}.{impl}"
             if os.path.exists(path):

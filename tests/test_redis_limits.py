@@ -503,6 +503,12 @@ async def test_client_not_entered_and_bad_input(redis_server: RedisServer) -> No
         RedisMutex(client, "x", max=0)
     with pytest.raises(TypeError, match="rate"):
         RedisLimiter(client, "x", rate=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="wait_replicas must be >= 0"):
+        RedisMutex(client, "x", wait_replicas=-1)
+    with pytest.raises(TypeError, match="wait_replicas must be an int"):
+        RedisThrottle(client, "x", 1, wait_replicas=True)
+    with pytest.raises(ValueError, match="wait_timeout_ms must be a finite number > 0"):
+        RedisLimiter(client, "x", wait_replicas=1, wait_timeout_ms=0)
     with pytest.raises(FutoInError, match="callable"):
         mutex.sync(AsyncSteps(), 5)  # type: ignore[arg-type]
 

@@ -2,12 +2,16 @@
 
 The agent's background work runs in the task group of the coredis client's connection pool,
 which lives exactly as long as the application keeps the client entered (``async with client``).
-Three loops, each idle while it has nothing to do:
+Four loops, each idle while it has nothing to do:
 
 - *signals*: while a token of this process is queued, block on the agent's signal list
-  (``BLPOP``) and let in the waiter whose token a script pushed there;
-- *leases*: while a token is queued or held, renew the leases every third of ``lease_ms``;
-- *periods*: while a Throttle entry waits, start the next period when the current one ends.
+  (``BLPOP``) and let in the waiter whose token a script pushed there (with durable grants,
+  once a confirming write of this process has reached the replicas);
+- *leases*: while a token is queued or held, renew the leases every third of ``lease_ms``
+  (sooner again after a renewal failed);
+- *periods*: while a Throttle entry waits, start the next period when the current one ends;
+- *purges*: while a token is stale (its leave or release failed: Redis may still hold it, and
+  will when it comes back with its data), drop it in Redis, retrying with a growing pause.
 
 When Redis fails (a command raises, or a blocking wait outlives its time bound), every queued
 waiter fails with ``CommError`` naming the cause; the next entry tries Redis again.
@@ -28,6 +32,7 @@ from anyio import (
     current_time,
     fail_after,
     get_cancelled_exc_class,
+    move_on_after,
     sleep,
     sleep_until,
 )
@@ -45,6 +50,8 @@ logger: Final = logging.getLogger("futoin_anyio.redis")
 #: Seconds a blocking wait may exceed its own server-side timeout before Redis counts as
 #: unreachable.
 _GRACE: Final = 2.0
+#: The longest pause between two tries to drop stale tokens while Redis is unreachable.
+_PURGE_BACKOFF: Final = 0.5
 
 
 class Waiter:
@@ -72,8 +79,13 @@ def describe(exc: BaseException) -> str:
 class Agent:
     """The process-side state of one primitive object (see the module docstring)."""
 
-    def __init__(self, client: Any, name: str, lease_ms: float, what: str) -> None:
+    def __init__(self, client: Any, name: str, lease_ms: float, what: str,
+                 wait_replicas: int = 0, wait_timeout_ms: int = 1000) -> None:
         self.client = client
+        # Durable grants: each grant is acknowledged by this many replicas (WAIT) before its
+        # entry goes in (0: not asked).
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
         self.name = name
         self.what = what  # "RedisMutex 'name'", for messages
         self.lease_ms = lease_ms
@@ -93,11 +105,14 @@ class Agent:
         self._wake_leases: Event | None = None
         self._wake_ticks: Event | None = None
         self._wake_settled: Event | None = None
+        self._wake_purges: Event | None = None
+        self.cores: list[Any] = []  # the cores of this primitive (see ``_cores``)
         self.pending: set[int] = set()  # releases and leaves on their way to Redis, by number
         self._spawned = 0
         self._tick_scope: CancelScope | None = None
         self.failures = 0
         self.lost = 0
+        self._renew_backoff = 0.0
 
     # -- tokens and states ------------------------------------------------------------------------
 
@@ -148,19 +163,40 @@ class Agent:
         for w in [w for w in self.waiters.values() if w.state is QUEUED]:
             self.fail(w, info)
 
+    def remember(self, core: Any, token: str) -> None:
+        """``token``'s leave failed: Redis may still hold it. Drop it before ``core``'s next
+        call, and in the background; forget it once its lease surely ended (a lease after its
+        last renewal at most, plus a renewal interval for the clocks' drift)."""
+        core.stale[token] = current_time() + self.lease_ms / 1000.0 + self.interval
+        self._poke("_wake_purges")
+
     # -- Redis calls ------------------------------------------------------------------------------
 
     def error(self, exc: BaseException) -> FutoInError:
         return FutoInError(Errors.CommError, f"{self.what}: Redis unreachable ({describe(exc)})")
 
-    async def call(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run a script; any failure of Redis becomes ``CommError`` naming the cause."""
+    async def call(self, script: Any, keys: Sequence[str], args: Sequence[Any],
+                   durable: bool = False) -> Any:
+        """Run a script; any failure of Redis becomes ``CommError`` naming the cause.
+
+        ``durable`` (with ``wait_replicas``): the script's writes, and every earlier one of
+        its connection, have reached ``wait_replicas`` replicas when it returns (``WAIT``
+        on the same connection, by coredis's ``ensure_replication``)."""
         try:
+            if durable and self.wait_replicas:
+                with fail_after(self.interval + _GRACE + self.wait_timeout_ms / 1000.0), \
+                        self.client.ensure_replication(self.wait_replicas, self.wait_timeout_ms):
+                    return await script(keys=keys, args=args)
             with fail_after(self.interval + _GRACE):
                 return await script(keys=keys, args=args)
         except FutoInError:
             raise
         except Exception as e:
+            if type(e).__name__ == "ReplicationError":
+                raise FutoInError(
+                    Errors.CommError,
+                    f"{self.what}: the grant did not reach {self.wait_replicas} replica(s) "
+                    f"within {self.wait_timeout_ms} ms (WAIT): not let in") from e
             raise self.error(e) from e
 
     # -- background work --------------------------------------------------------------------------
@@ -243,6 +279,7 @@ class Agent:
             async with create_task_group() as tg:
                 tg.start_soon(self._signals)
                 tg.start_soon(self._leases)
+                tg.start_soon(self._purges)
                 if self.throttle is not None:
                     tg.start_soon(self._ticks)
         except get_cancelled_exc_class():
@@ -273,31 +310,95 @@ class Agent:
                 await sleep(backoff)  # a broken connection: not a busy loop
                 continue
             backoff = 0.0
+            if self._wake_purges is not None and any(c.stale for c in self.cores):
+                self._poke("_wake_purges")  # Redis answers: a purge waiting to retry can go
             if got is None:
                 continue
-            self._grant(got[1])
-            if self.queued:  # several let in at once (a new period): take them all in one go
+            tokens = [got[1]]
+            if self.queued > 1:  # several let in at once (a new period): take them all at once
                 try:
-                    more = await client.lpop(self.signal_key, 64)
+                    tokens.extend(await client.lpop(self.signal_key, 64) or ())
                 except Exception as e:
                     self.fail_all(self.error(e).info)
                     continue
-                for token in more or ():
+            if self.wait_replicas:
+                await self._confirm(tokens)
+            else:
+                for token in tokens:
                     self._grant(token)
 
-    def _grant(self, token: str | bytes) -> None:
+    def _waiter(self, token: str | bytes) -> Waiter | None:
         if isinstance(token, bytes):
             token = token.decode()
         w = self.waiters.get(token)
         if w is not None and (w.state is QUEUED or w.state is NEW):
+            return w
+        return None
+
+    def _grant(self, token: str | bytes) -> None:
+        w = self._waiter(token)
+        if w is not None:
             w.core.granted(w)
 
+    async def _confirm(self, tokens: list[Any]) -> None:
+        """Durable grants: before letting in waiters granted by another process's script,
+        make sure that script reached the replicas. A write of this process after it (the
+        confirming script) acknowledged by ``WAIT`` covers it: replication is in order."""
+        by_core: dict[Any, list[Waiter]] = {}
+        for token in tokens:
+            w = self._waiter(token)
+            if w is not None:
+                by_core.setdefault(w.core, []).append(w)
+        for core, ws in by_core.items():
+            try:
+                missing = set(await core.confirm([w.token for w in ws]))
+            except FutoInError as e:
+                for w in ws:
+                    self.fail(w, str(e.info))  # and gives its permit back
+                continue
+            for w in ws:
+                if w.token in missing:
+                    self.fail(w, f"{self.what}: the place in the queue was lost in Redis "
+                                 "(lease expired, or Redis restarted)")
+                elif w.state is QUEUED or w.state is NEW:
+                    core.granted(w)
+
+    async def _purges(self) -> None:
+        backoff = 0.0
+        while True:
+            now = current_time()
+            cores = []
+            for core in self.cores:
+                for token in [t for t, end in core.stale.items() if end <= now]:
+                    del core.stale[token]  # its lease ended in Redis
+                if core.stale:
+                    cores.append(core)
+            if not cores:
+                backoff = 0.0
+                await self._idle("_wake_purges")
+                continue
+            try:
+                for core in cores:
+                    await core.purge()
+            except FutoInError as e:
+                logger.debug("%s: dropping stale tokens failed: %s", self.what, e.info)
+                backoff = min(_PURGE_BACKOFF, self.interval, backoff * 2 or 0.02)
+                with move_on_after(backoff):
+                    await self._idle("_wake_purges")  # or Redis answered another call
+                continue
+            backoff = 0.0
+
     async def _leases(self) -> None:
+        # After a failed renewal the next try comes sooner (a growing pause, at most
+        # _PURGE_BACKOFF): a permit outlives an outage up to about two thirds of its lease.
+        delay = self.interval
         while True:
             if not self.waiters:
+                delay = self.interval
                 await self._idle("_wake_leases")
                 continue
-            await sleep(self.interval)
+            await sleep(delay)
+            delay = self.interval
             by_core: dict[Any, list[str]] = {}
             for w in self.waiters.values():
                 by_core.setdefault(w.core, []).append(w.token)
@@ -306,7 +407,11 @@ class Agent:
                     missing = await core.renew(tokens)
                 except FutoInError as e:
                     self.fail_all(str(e.info))
+                    self._renew_backoff = min(_PURGE_BACKOFF, self.interval,
+                                              self._renew_backoff * 2 or 0.05)
+                    delay = self._renew_backoff
                     continue
+                self._renew_backoff = 0.0
                 gone = set(missing)
                 for token in tokens:
                     found = self.waiters.get(token)

@@ -4,6 +4,11 @@ A :class:`MutexCore` counts holders (``max`` permits), a :class:`ThrottleCore` c
 per period; a Limiter uses one of each. ``acquire()`` returns once the entry is let in (or
 raises ``DefenseRejected``/``CommError``); a task cancelled or failed while waiting leaves the
 shared queue in the background, so cancellation never waits on Redis.
+
+A token whose leave (or release) could not reach Redis is *stale*: Redis may still hold its
+place or permit (a failover, an AOF restart or a network blip brings it back), and nobody would
+use it until its lease ends. The core remembers it and drops it in Redis before its next call
+(the same round trip when that call is a leave), and the agent retries in the background.
 """
 
 from __future__ import annotations
@@ -25,17 +30,66 @@ def _text(value: Any) -> str:
 
 
 class _Core:
-    """What both cores share: the waiting part of ``acquire()``."""
+    """What both cores share: the waiting part of ``acquire()``, and stale tokens."""
 
     agent: Agent
+    keys: list[str]
     rejected: int
     waiting: int
+    _leave: Any
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        #: Tokens whose leave failed -> when to forget them (their lease surely ended).
+        self.stale: dict[str, float] = {}
+        agent.cores.append(self)
+        self._confirm = agent.client.register_script(_scripts.CONFIRM)
+        self._confirm_keys = [agent.prefix + "w"]
 
     def granted(self, w: Waiter) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    async def leave_token(self, token: str) -> None:  # pragma: no cover - abstract
+    def _leave_args(self, tokens: list[str]) -> list[Any]:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _left(self, reply: Any) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def leave_token(self, token: str) -> None:
+        """Leave the queue or give the permit back; the stale tokens go in the same call. On
+        failure the token is remembered as stale."""
+        stale = list(self.stale)
+        try:
+            reply = await self.agent.call(self._leave, self.keys,
+                                          self._leave_args([token, *stale]))
+        except BaseException:
+            self.agent.remember(self, token)
+            raise
+        self._forget(stale)
+        self._left(reply)
+
+    async def purge(self) -> None:
+        """Drop the stale tokens in Redis (raises ``CommError`` when it cannot)."""
+        stale = list(self.stale)
+        if stale:
+            self._left(await self.agent.call(self._leave, self.keys, self._leave_args(stale)))
+            self._forget(stale)
+
+    def _forget(self, tokens: list[str]) -> None:
+        for token in tokens:
+            self.stale.pop(token, None)
+
+    async def confirm(self, tokens: list[str]) -> list[str]:
+        """Durable grants: ``tokens`` were let in by another process; returns those that are
+        no longer known once the grant is on the replicas (``CommError`` if it is not)."""
+        missing = await self.agent.call(self._confirm, self._confirm_keys, tokens, durable=True)
+        return [_text(t) for t in missing]
+
+    async def _call(self, script: Any, args: list[Any]) -> Any:
+        """Run one of this core's scripts, after dropping its stale tokens."""
+        if self.stale:
+            await self.purge()
+        return await self.agent.call(script, self.keys, args)
 
     async def _wait(self, w: Waiter) -> Waiter:
         """Wait for a queued ``w`` to be let in."""
@@ -56,10 +110,14 @@ class _Core:
             raise w.error
         return w
 
-    async def _first_call(self, w: Waiter, script: Any, keys: list[str], args: list[Any]) -> Any:
+    async def _first_call(self, w: Waiter, script: Any, keys: list[str], args: list[Any],
+                          *others: _Core) -> Any:
         w.event = Event()
         try:
-            return await self.agent.call(script, keys, args)
+            for core in (self, *others):
+                if core.stale:
+                    await core.purge()
+            return await self.agent.call(script, keys, args, durable=True)
         except BaseException:
             self.agent.set_done(w)
             self.agent.spawn(self.leave_token, w.token)  # the script may have run
@@ -71,9 +129,10 @@ class MutexCore(_Core):
 
     def __init__(self, agent: Agent, sub: str, max: int, max_queue: int | None,
                  reject_info: str) -> None:
-        self.agent = agent
+        super().__init__(agent)
         p = agent.prefix + sub
         self.keys = [p + "h", p + "q", p + "ql", p + "seq"]
+        self._confirm_keys = [agent.prefix + "w", p + "h"]
         self.max = max
         self.max_queue = -1 if max_queue is None else max_queue
         self.reject_info = reject_info
@@ -119,16 +178,17 @@ class MutexCore(_Core):
         self.agent.set_done(w)
         self.agent.spawn(self.leave_token, w.token)
 
-    async def leave_token(self, token: str) -> None:
+    def _leave_args(self, tokens: list[str]) -> list[Any]:
         agent = self.agent
-        held, queued = await agent.call(self._leave, self.keys,
-                                        [token, self.max, agent.lease, agent.signal_prefix])
-        self.shared_held, self.shared_waiting = int(held), int(queued)
+        return [self.max, agent.lease, agent.signal_prefix, *tokens]
+
+    def _left(self, reply: Any) -> None:
+        self.shared_held, self.shared_waiting = int(reply[0]), int(reply[1])
 
     async def renew(self, tokens: list[str]) -> list[str]:
         agent = self.agent
-        missing, held, queued = await agent.call(
-            self._renew, self.keys, [self.max, agent.lease, agent.signal_prefix, *tokens])
+        missing, held, queued = await self._call(
+            self._renew, [self.max, agent.lease, agent.signal_prefix, *tokens])
         self.shared_held, self.shared_waiting = int(held), int(queued)
         return [_text(t) for t in missing]
 
@@ -138,7 +198,7 @@ class ThrottleCore(_Core):
 
     def __init__(self, agent: Agent, sub: str, max: int, period_ms: float,
                  max_queue: int | None, reject_info: str) -> None:
-        self.agent = agent
+        super().__init__(agent)
         p = agent.prefix + sub
         self.keys = [p + "q", p + "ql", p + "seq", p + "p"]
         self.max = max
@@ -187,23 +247,24 @@ class ThrottleCore(_Core):
     def granted(self, w: Waiter) -> None:
         self.agent.set_held(w, keep=False)
 
-    async def leave_token(self, token: str) -> None:
-        (queued,) = await self.agent.call(self._leave, self.keys, [token])
-        self.shared_waiting = int(queued)
+    def _leave_args(self, tokens: list[str]) -> list[Any]:
+        return list(tokens)
+
+    def _left(self, reply: Any) -> None:
+        self.shared_waiting = int(reply[0])
 
     async def tick(self) -> None:
         agent = self.agent
-        left, entries, queued = await agent.call(
-            self._tick, self.keys, [self.max, self.period, agent.lease, agent.signal_prefix])
+        left, entries, queued = await self._call(
+            self._tick, [self.max, self.period, agent.lease, agent.signal_prefix])
         self.shared_entries, self.shared_waiting = int(entries), int(queued)
         if agent.queued:
             agent.arm_tick(int(left))
 
     async def renew(self, tokens: list[str]) -> list[str]:
         agent = self.agent
-        missing, left, entries, queued = await agent.call(
-            self._renew, self.keys,
-            [self.max, self.period, agent.lease, agent.signal_prefix, *tokens])
+        missing, left, entries, queued = await self._call(
+            self._renew, [self.max, self.period, agent.lease, agent.signal_prefix, *tokens])
         self.shared_entries, self.shared_waiting = int(entries), int(queued)
         if agent.queued:
             agent.arm_tick(int(left))
@@ -232,7 +293,7 @@ class LimiterCore:
             reply = await places._first_call(
                 wp, self._acquire, self.keys,
                 [wp.token, places.max, places.max_queue, wr.token, rate.max, rate.max_queue,
-                 rate.period, agent.lease, agent.signal_prefix])
+                 rate.period, agent.lease, agent.signal_prefix], rate)
         except BaseException:
             agent.set_done(wr)
             agent.spawn(rate.leave_token, wr.token)  # the script may have run

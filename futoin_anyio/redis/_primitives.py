@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from contextlib import suppress
 from dataclasses import dataclass
 from types import TracebackType
@@ -196,12 +197,15 @@ class _Base:
     _reentrant = False
     _rate_on_reentry = False
 
-    def __init__(self, client: Any, name: str, lease_ms: float) -> None:
+    def __init__(self, client: Any, name: str, lease_ms: float, wait_replicas: int,
+                 wait_timeout_ms: float) -> None:
         kind = self._kind
         self._client = _check_client(kind, client)
         self._name = _check_name(kind, name)
         self._lease_ms = check_period(kind, "lease_ms", lease_ms)
-        self._agent = Agent(client, name, self._lease_ms, f"{kind} {name!r}")
+        replicas = check_count(kind, "wait_replicas", wait_replicas, 0)
+        wait_ms = math.ceil(check_period(kind, "wait_timeout_ms", wait_timeout_ms))
+        self._agent = Agent(client, name, self._lease_ms, f"{kind} {name!r}", replicas, wait_ms)
         self._owners: dict[object, list[Any]] = {}
 
     async def _enter(self) -> Any:  # pragma: no cover - abstract
@@ -327,15 +331,22 @@ class RedisMutex(_Base):
     :param max: holders at once, in all processes (``>= 1``).
     :param max_queue: waiters, in all processes (``>= 0``); ``None`` for no limit.
     :param lease_ms: how long a permit or queue place outlives a process that stopped renewing
-        it (renewed every third of it while held or queued).
+        it (renewed every third of it while held or queued); it must also outlast the longest
+        Redis outage or failover a holder should survive (see the docs' lease rule).
+    :param wait_replicas: durable grants: let an entry in only once its grant is on this many
+        replicas (Redis ``WAIT``), so that a failover cannot give its permit to another
+        process; ``0`` (the default): do not wait (replication is asynchronous).
+    :param wait_timeout_ms: how long a grant may wait for the replicas; past it the entry
+        fails with ``CommError`` and its permit is given back.
     """
 
     _kind = "RedisMutex"
     _reentrant = True
 
     def __init__(self, client: Any, name: str, max: int = 1, max_queue: int | None = None,
-                 lease_ms: float = 30000) -> None:
-        super().__init__(client, name, lease_ms)
+                 lease_ms: float = 30000, wait_replicas: int = 0,
+                 wait_timeout_ms: float = 1000) -> None:
+        super().__init__(client, name, lease_ms, wait_replicas, wait_timeout_ms)
         self._max = check_count(self._kind, "max", max, 1)
         self._max_queue = check_queue(self._kind, "max_queue", max_queue)
         self._core = MutexCore(self._agent, "m:", self._max, self._max_queue,
@@ -389,14 +400,16 @@ class RedisThrottle(_Base):
     server and ``name``: at most ``max`` entries per period in all, waiters in FIFO order.
 
     Periods follow the Redis server's clock. An entry let in counts for its period whatever
-    it does next (also when it is cancelled before it resumes).
+    it does next (also when it is cancelled before it resumes). ``lease_ms``,
+    ``wait_replicas`` and ``wait_timeout_ms`` are as for :class:`RedisMutex`.
     """
 
     _kind = "RedisThrottle"
 
     def __init__(self, client: Any, name: str, max: int, period_ms: float = 1000,
-                 max_queue: int | None = None, lease_ms: float = 30000) -> None:
-        super().__init__(client, name, lease_ms)
+                 max_queue: int | None = None, lease_ms: float = 30000, wait_replicas: int = 0,
+                 wait_timeout_ms: float = 1000) -> None:
+        super().__init__(client, name, lease_ms, wait_replicas, wait_timeout_ms)
         self._max = check_count(self._kind, "max", max, 1)
         self._period_ms = check_period(self._kind, "period_ms", period_ms)
         self._max_queue = check_queue(self._kind, "max_queue", max_queue)
@@ -449,7 +462,8 @@ class RedisLimiter(_Base):
     server and ``name``: ``concurrent`` places and ``rate`` entries per ``period_ms`` in all.
 
     With the defaults (``max_queue=0``, ``burst=0``) an entry that would wait is rejected with
-    ``DefenseRejected``, as with the local Limiter.
+    ``DefenseRejected``, as with the local Limiter. ``lease_ms``, ``wait_replicas`` and
+    ``wait_timeout_ms`` are as for :class:`RedisMutex`.
     """
 
     _kind = "RedisLimiter"
@@ -460,8 +474,9 @@ class RedisLimiter(_Base):
 
     def __init__(self, client: Any, name: str, concurrent: int = 1, max_queue: int | None = 0,
                  rate: int = 1, period_ms: float = 1000, burst: int | None = 0,
-                 lease_ms: float = 30000) -> None:
-        super().__init__(client, name, lease_ms)
+                 lease_ms: float = 30000, wait_replicas: int = 0,
+                 wait_timeout_ms: float = 1000) -> None:
+        super().__init__(client, name, lease_ms, wait_replicas, wait_timeout_ms)
         kind = self._kind
         concurrent = check_count(kind, "concurrent", concurrent, 1)
         max_queue = check_queue(kind, "max_queue", max_queue)

@@ -89,13 +89,16 @@ MUTEX_ACQUIRE: Final = _MUTEX + _MUTEX_ENTER + """
 return mutex_acquire(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5])
 """
 
-#: ARGV: token, max, lease_ms, signal prefix. Leaves the queue or gives the permit back.
-#: Returns {holders, queued}.
+#: ARGV: max, lease_ms, signal prefix, tokens... Each token leaves the queue or gives its
+#: permit back (a token no longer known is skipped: leaving is idempotent, so a leave whose
+#: reply was lost can be sent again). Returns {holders, queued}.
 MUTEX_LEAVE: Final = _MUTEX + """
-local tok, max, lease, sigp = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
-redis.call('ZREM', H, tok)
-redis.call('ZREM', Q, tok)
-redis.call('ZREM', QL, tok)
+local max, lease, sigp = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+for i = 4, #ARGV do
+  redis.call('ZREM', H, ARGV[i])
+  redis.call('ZREM', Q, ARGV[i])
+  redis.call('ZREM', QL, ARGV[i])
+end
 grant(max, sigp, lease)
 expire_holders()
 return {redis.call('ZCARD', H), redis.call('ZCARD', Q)}
@@ -201,11 +204,13 @@ local e = refresh(max, period, sigp, lease)
 return {left(e), count(), redis.call('ZCARD', Q)}
 """
 
-#: ARGV: token. Leaves the queue (an entry let in counts for its period whatever it does).
-#: Returns {queued}.
+#: ARGV: tokens... Each leaves the queue (an entry let in counts for its period whatever it
+#: does; a token no longer queued is skipped). Returns {queued}.
 THROTTLE_LEAVE: Final = _THROTTLE + """
-redis.call('ZREM', Q, ARGV[1])
-redis.call('ZREM', QL, ARGV[1])
+for i = 1, #ARGV do
+  redis.call('ZREM', Q, ARGV[i])
+  redis.call('ZREM', QL, ARGV[i])
+end
 local qn = redis.call('ZCARD', Q)
 if qn == 0 then redis.call('DEL', SEQ) end
 return {qn}
@@ -254,4 +259,22 @@ if r[1] == -1 then
   m[2] = redis.call('ZCARD', H)
 end
 return {m[1], m[2], m[3], r[1], r[2], r[3], r[4]}
+"""
+
+# -- Durable grants -----------------------------------------------------------------------------
+
+#: KEYS: a scratch key of the limit, [the holders]. ARGV: tokens let in by another process's
+#: script. A write of this process (set and deleted: nothing stays) after that script, so that
+#: ``WAIT`` on its connection covers the grant; returns the tokens that are not holders (a
+#: Mutex's or Limiter's place; a Throttle's entries are not kept).
+CONFIRM: Final = """
+redis.call('SET', KEYS[1], '1')
+redis.call('DEL', KEYS[1])
+local missing = {}
+if KEYS[2] then
+  for i = 1, #ARGV do
+    if not redis.call('ZSCORE', KEYS[2], ARGV[i]) then missing[#missing + 1] = ARGV[i] end
+  end
+end
+return missing
 """

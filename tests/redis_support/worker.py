@@ -1,6 +1,9 @@
 """One OS process contending on a shared limit (used by the multi-process tests and benchmark).
 
-``python -m redis_support.worker PORT KIND NAME BACKEND ENTRIES [MODE] [LEASE_MS]``
+``python -m redis_support.worker ADDRESS KIND NAME BACKEND ENTRIES [MODE] [LEASE_MS]``
+
+ADDRESS: a port of 127.0.0.1 (``coredis.Redis``), or ``cluster:PORT`` (``coredis.RedisCluster``
+from that node).
 
 Each entry runs as an AsyncSteps flow (even entries) or a plain task (odd entries). Inside, it
 counts itself in Redis (``INCR``), records the maximum seen, and counts itself out: the test
@@ -39,12 +42,19 @@ def make(client: Any, kind: str, name: str, lease_ms: float) -> Any:
                         burst=None, lease_ms=lease_ms)
 
 
-async def main(port: int, kind: str, name: str, entries: int, mode: str, lease_ms: float) -> None:
-    async with coredis.Redis(host="127.0.0.1", port=port) as client:
+def connect(address: str) -> Any:
+    if address.startswith("cluster:"):
+        return coredis.RedisCluster(host="127.0.0.1", port=int(address[8:]))
+    return coredis.Redis(host="127.0.0.1", port=int(address))
+
+
+async def main(address: str, kind: str, name: str, entries: int, mode: str,
+               lease_ms: float) -> None:
+    async with connect(address) as client:
         prim = make(client, kind, name, lease_ms)
         enter = client.register_script(_ENTER)
-        keys = [f"test:{name}:in", f"test:{name}:max", f"test:{name}:count"]
-        out = f"test:{name}:in"
+        keys = [f"test:{{{name}}}:in", f"test:{{{name}}}:max", f"test:{{{name}}}:count"]
+        out = f"test:{{{name}}}:in"
 
         async def inside() -> None:
             await enter(keys=keys, args=[])
@@ -66,22 +76,24 @@ async def main(port: int, kind: str, name: str, entries: int, mode: str, lease_m
 
         if mode == "hold":
             async with prim:
-                await client.incr(f"test:{name}:ready")
+                await client.incr(f"test:{{{name}}}:ready")
                 await anyio.sleep_forever()
         if mode == "cancel":
             with anyio.move_on_after(0.3) as scope:
                 await one(0)
-            await client.set(f"test:{name}:cancelled", "1" if scope.cancelled_caught else "0")
+            await client.set(f"test:{{{name}}}:cancelled", "1" if scope.cancelled_caught else "0")
         errors = 0
         for i in range(entries):
             try:
                 await one(i)
-            except FutoInError:
+            except (FutoInError, coredis.exceptions.RedisError):
+                # A limit's CommError, or the section's own Redis calls when Redis restarts
+                # under them (``async with`` lets them through): counted, and the next goes on.
                 errors += 1
-        await client.incrby(f"test:{name}:errors", errors)
+        await client.incrby(f"test:{{{name}}}:errors", errors)
 
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    anyio.run(main, int(a[0]), a[1], a[2], int(a[4]), a[5] if len(a) > 5 else "run",
+    anyio.run(main, a[0], a[1], a[2], int(a[4]), a[5] if len(a) > 5 else "run",
               float(a[6]) if len(a) > 6 else 30000.0, backend=a[3])
