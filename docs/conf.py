@@ -58,6 +58,10 @@ nitpick_ignore = [
         # The callback type aliases of futoin_anyio._types (private, shown by name) and
         # futoin_anyio.testing's AsyncTestFunc.
         "StepFunc",
+        "LoopFunc",
+        "RepeatFunc",
+        "ForEachFunc",
+        "T",
         "ErrorHandler",
         "CancelHandler",
         "AsyncTestFunc",

@@ -7,6 +7,7 @@ from ._limiter import LimiterStatistics as LimiterStatistics
 from ._mutex import Mutex as Mutex
 from ._mutex import MutexStatistics as MutexStatistics
 from ._parallel import ParallelSteps as ParallelSteps
+from ._results import promise_as as promise_as
 from ._state import State as State
 from ._steps import AsyncSteps as AsyncSteps
 from ._throttle import Throttle as Throttle
@@ -32,6 +33,7 @@ __all__ = (
     "State",
     "Throttle",
     "ThrottleStatistics",
+    "promise_as",
 )
 
 #: The one version source: pyproject.toml reads it (``[tool.setuptools.dynamic]``).

@@ -35,19 +35,21 @@ __all__ = ("ParallelSteps",)
 class ParallelSteps:
     """The object ``asi.parallel()`` returns: ``add()`` and ``sync()`` add branches."""
 
-    __slots__ = ("_branches", "_owner")
+    __slots__ = ("_branches", "_owner", "_results")
 
     _branches: list[tuple[StepFunc, ErrorHandler | None]]
     _owner: AsyncSteps
+    _results: str | None
 
     def __init__(self) -> None:
         raise TypeError("ParallelSteps is created by AsyncSteps.parallel()")
 
     @classmethod
-    def _create(cls, owner: AsyncSteps) -> ParallelSteps:
+    def _create(cls, owner: AsyncSteps, results: str | None = None) -> ParallelSteps:
         self: ParallelSteps = _new(cls)
         self._branches = []
         self._owner = owner
+        self._results = results
         return self
 
     def add(self, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
@@ -75,12 +77,17 @@ class ParallelSteps:
 
     def _run(self, asi: AsyncSteps, *args: Any) -> None:
         branches = self._branches
+        results = self._results
         if not branches:
+            if results is not None:
+                asi.state[results] = []
+                asi.success([])
             return
         flow = asi._flow
         assert flow is not None
         driver = flow.driver
         run = _ParallelRun(asi, len(branches))
+        run.results = results
         ext = asi._ext = _Ext()
         ext.waiting = True
         ext.par = run
@@ -98,13 +105,15 @@ class ParallelSteps:
 class _ParallelRun:
     """One execution of a parallel step: its branch flows, joined by a counter."""
 
-    __slots__ = ("flows", "frame", "over", "remaining")
+    __slots__ = ("flows", "frame", "over", "remaining", "results")
 
     def __init__(self, frame: AsyncSteps, count: int) -> None:
         self.frame = frame
         self.flows: list[_Flow] = []
         self.remaining = count
         self.over = False  # completed, or its branches are stopped
+        #: ``parallel(results=key)``: the state key of the branches' results.
+        self.results: str | None = None
 
     def branch_done(self) -> None:
         self.remaining -= 1
@@ -118,7 +127,16 @@ class _ParallelRun:
         frame._status = DONE
         flow.stack.pop()
         _end_ext(frame)
-        flow.args = _NO_ARGS
+        key = self.results
+        if key is None:
+            flow.args = _NO_ARGS
+        else:
+            # Each branch's last success() arguments, as promise() gives them, in add() order
+            # (a finished branch keeps its ``args``): in the state for FTN12 code, and as the
+            # parallel step's one success argument.
+            values = [_as_result(branch.args) for branch in self.flows]
+            frame.state[key] = values
+            flow.args = (values,)
         flow.driver._schedule(flow)
 
     def branch_failed(self, failed: _Flow, code: str) -> None:
@@ -167,6 +185,15 @@ class _ParallelRun:
         self.over = True
         for flow in self.flows:
             flow._cancel()
+
+
+def _as_result(args: tuple[Any, ...]) -> Any:
+    """Success arguments as ``promise()`` returns them: none, the value, or the tuple."""
+    if type(args) is not tuple:  # values from C
+        args = tuple(args)
+    if not args:
+        return None
+    return args[0] if len(args) == 1 else args
 
 
 _unwinding = threading.local()

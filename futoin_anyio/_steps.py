@@ -47,7 +47,16 @@ from ._loops import _FOR_EACH, _LOOP, _REPEAT, _Loop
 from ._parallel import ParallelSteps
 from ._state import State, fresh_state
 from ._tool import AsyncTool, _check_ms, current_tool
-from ._types import CancelHandler, ErrorHandler, ISync, StepFunc, _Item
+from ._types import (
+    CancelHandler,
+    ErrorHandler,
+    ForEachFunc,
+    ISync,
+    LoopFunc,
+    RepeatFunc,
+    StepFunc,
+    _Item,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -176,14 +185,21 @@ class AsyncSteps:
         q.append(func if onerror is None else (func, onerror))
         return self
 
-    def parallel(self, onerror: ErrorHandler | None = None) -> ParallelSteps:
+    def parallel(self, onerror: ErrorHandler | None = None, *,
+                 results: str | None = None) -> ParallelSteps:
         """Add a parallel step; ``add()`` branches to the returned object.
 
         Each branch is a separate flow sharing this root's state. The next step runs when every
         branch has completed; the first branch error cancels the other branches and reaches
-        ``onerror``. The parallel step succeeds with no arguments. Threads: as :meth:`add`.
+        ``onerror``. The parallel step succeeds with no arguments; with ``results=key``, it
+        succeeds with one: the list of each branch's result (its last ``success()`` arguments
+        as ``promise()`` returns them: ``None``, the value, or a tuple), in the order the branches
+        were added, also stored as ``state[key]``. Threads: as :meth:`add`.
         """
-        par = ParallelSteps._create(self)
+        if results is not None and not isinstance(results, str):
+            raise TypeError(f"parallel(): results must be a str (a state key), got "
+                            f"{type(results).__name__}")
+        par = ParallelSteps._create(self, results)
         self.add(par._run, onerror)
         return par
 
@@ -265,13 +281,22 @@ class AsyncSteps:
         return st is not DONE and st is not SUBSTEPS and st is not FAILING
 
     @property
-    def tool(self) -> AsyncTool | None:
-        """The AsyncTool this step runs in (for a model root: the one given, if any). Any
-        thread."""
+    def tool(self) -> AsyncTool:
+        """The AsyncTool this step runs in. Any thread.
+
+        Inside a step it is always there: the root's AsyncTool, or the private one of
+        ``promise()``. A root that has not run yet has only the ``tool=`` it was given (or that
+        ``execute()`` chose); without one, reading it raises ``FutoInError`` (``InternalError``)
+        rather than return ``None``, so typed code never has a ``None`` to assert away.
+        """
         flow = self._flow
         if flow is not None:
             return flow.driver
-        return self._tool
+        tool = self._tool
+        if tool is None:
+            _internal("tool: this root has not run and was given no tool= (a step's asi.tool "
+                      "is always set)")
+        return tool
 
     # -- execution API (§2.2.2) -----------------------------------------------------------------
 
@@ -330,7 +355,7 @@ class AsyncSteps:
             _end_ext(self)
         flow.driver._schedule(flow)
 
-    def error(self, code: str, info: Any = None) -> None:
+    def error(self, code: str, info: Any = None) -> NoReturn:
         """Fail this step with error ``code``; ``info`` goes to ``state.error_info``. Raises.
 
         Threads: as :meth:`success` (from another thread, it raises there too)."""
@@ -465,11 +490,11 @@ class AsyncSteps:
 
     # -- loops (§2.2.4) -----------------------------------------------------------------------
 
-    def loop(self, func: StepFunc, label: str | None = None) -> Self:
+    def loop(self, func: LoopFunc, label: str | None = None) -> Self:
         """Call ``func(asi)`` until ``break_loop()``. Threads: as :meth:`add`."""
         return self._add_loop(_LOOP, func, label, None)
 
-    def repeat(self, count: int, func: StepFunc, label: str | None = None) -> Self:
+    def repeat(self, count: int, func: RepeatFunc, label: str | None = None) -> Self:
         """Call ``func(asi, i)`` for ``i`` in ``range(count)``. Threads: as :meth:`add`."""
         if isinstance(count, bool) or not isinstance(count, int):
             raise TypeError(f"repeat(): count must be an int, got {type(count).__name__}")
@@ -477,7 +502,7 @@ class AsyncSteps:
             raise ValueError(f"repeat(): count must be >= 0, got {count}")
         return self._add_loop(_REPEAT, func, label, count)
 
-    def for_each(self, collection: Mapping[Any, Any] | Iterable[Any], func: StepFunc,
+    def for_each(self, collection: Mapping[Any, Any] | Iterable[Any], func: ForEachFunc,
                  label: str | None = None) -> Self:
         """Call ``func(asi, key, value)`` for each mapping item, or each index and list item.
 
@@ -494,17 +519,17 @@ class AsyncSteps:
             raise TypeError(f"loop label must be a str, got {type(label).__name__}")
         return self.add(_Loop(kind, func, label, data))
 
-    def break_loop(self, label: str | None = None) -> None:
+    def break_loop(self, label: str | None = None) -> NoReturn:
         """Leave the innermost loop, or the one named ``label``. Raises. Loop thread."""
         self._loop_signal(Errors.LoopBreak, label)
 
-    def continue_loop(self, label: str | None = None) -> None:
+    def continue_loop(self, label: str | None = None) -> NoReturn:
         """Go on with the next iteration of the innermost loop, or of ``label``. Raises.
 
         Loop thread."""
         self._loop_signal(Errors.LoopCont, label)
 
-    def _loop_signal(self, code: str, label: str | None) -> None:
+    def _loop_signal(self, code: str, label: str | None) -> NoReturn:
         st = self._status
         if st is not EXEC and st is not HANDLER and st is not CORO:
             self._misuse("break_loop()" if code == Errors.LoopBreak else "continue_loop()")

@@ -472,7 +472,9 @@ _sched_ids = itertools.count(1)
 
 
 def _tool_of(b: _Binding) -> Any:
-    tool = _root_of(b).tool
+    root = _root_of(b)
+    flow = root._flow
+    tool = flow.driver if flow is not None else root._tool
     if tool is None:
         raise _Misuse("this AsyncSteps has no AsyncTool to schedule on")
     return tool
