@@ -147,12 +147,14 @@ class _ParallelRun:
         assert parent is not None
         # A loop signal carries its label out of the branch that raised it.
         label = failed.loop_label
-        if self.stop_branches(failed, partial(parent._resume_unwind, code, label)):
+        if self.stop_branches(failed, partial(parent._resume_unwind, code, label),
+                              f"sibling branch failed with {code}"):
             frame._status = FAILING  # not completable while its branches' coroutines end
         else:
             _unwind_later(parent, code, label)
 
-    def stop_branches(self, failed: _Flow | None, then: Callable[[], None]) -> bool:
+    def stop_branches(self, failed: _Flow | None, then: Callable[[], None],
+                      reason: str) -> bool:
         """Cancel every live branch but ``failed``: each one's cancel handlers run, innermost
         first, once the coroutines in it have ended (so a section it holds is left only then).
 
@@ -167,7 +169,8 @@ class _ParallelRun:
         for flow in self.flows:
             if flow is failed or flow.finished:
                 continue
-            if _stop_coroutines(flow):
+            flow.cancel_reason = reason
+            if _stop_coroutines(flow, reason):
                 _halt(flow)
                 halted.append(flow)
                 driver._join([flow], flow._cancel_frames)
@@ -178,12 +181,14 @@ class _ParallelRun:
         driver._join(halted, then)
         return True
 
-    def cancel_branches(self) -> None:
+    def cancel_branches(self, reason: str) -> None:
         """Cancel every live branch without waiting (the whole root is being cancelled)."""
         if self.over:
             return
         self.over = True
         for flow in self.flows:
+            if not flow.finished:
+                flow.cancel_reason = reason
             flow._cancel()
 
 

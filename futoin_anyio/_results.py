@@ -23,7 +23,7 @@ async def promise_as(root: AsyncSteps, result_type: type[T], /) -> T:
 
     A result of another type raises ``TypeError`` naming both (the root has completed by then).
     Errors, ``cancel()`` and the caller's cancellation behave as in ``promise()``. For a root
-    that succeeds with no value use ``type(None)``; with several, ``tuple``.
+    that succeeds with several values use ``tuple``.
     """
     if not isinstance(result_type, type):
         raise TypeError(f"promise_as(): result_type must be a class, got {result_type!r}")

@@ -395,7 +395,7 @@ class AsyncSteps:
         state.error_info = exc.info
         state.last_exception = exc
         if flow.driver._current is None:
-            flow.throw(exc.code)
+            flow.throw(exc.code, f"error({exc.code!r}) of the waiting step")
         else:
             # A step of this driver is running: unwind when it is done, never re-entrantly.
             self._status = FAILING  # still the top frame, no longer completable from outside
@@ -420,7 +420,7 @@ class AsyncSteps:
         flow = self._flow
         assert flow is not None
         driver = flow.driver
-        ext.timer, ext.deadline = driver._call_timeout(delay, self)
+        ext.timer, ext.deadline = driver._call_timeout(delay, self, timeout_ms)
         scope = driver._inline_scope
         if scope is not None and driver._main is flow:
             # The flow's coroutine steps are awaited inline: their shared scope has the flow's
@@ -675,20 +675,26 @@ class AsyncSteps:
                     await _cancel_shielded_checkpoint()
         return flow.outcome()
 
-    def cancel(self) -> None:
+    def cancel(self, reason: str | None = None) -> None:
         """Cancel this root: cancel handlers run, innermost first; no error handler runs.
 
         Called from one of the root's own steps, it takes effect when that step returns. Any
         thread: from another one, the cancellation is handed to the loop's thread and happens
         there soon after (the call returns at once).
+
+        ``reason`` (default ``"root.cancel()"``) is what the cancel scopes of the root's running
+        coroutine steps are cancelled with (trio's ``Cancelled.reason``, AnyIO's), and the end of
+        the ``Cancelled`` error's info.
         """
         if self._parent is not None:
             _internal("cancel() can only be called on a root AsyncSteps, not on a step")
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"cancel(): reason must be a str, got {type(reason).__name__}")
         flow = self._flow
         tool = flow.driver if flow is not None else self._tool
         if tool is not None and tool._thread is not None and get_ident() != tool._thread:
             if not tool._exited:
-                tool._from_thread(self.cancel)
+                tool._from_thread(self.cancel, reason)
             return
         if flow is None:
             if self._status is ROOT and self._tool is not None:  # executed, not started yet
@@ -702,9 +708,9 @@ class AsyncSteps:
         if current is not None and current.root is self:
             # A step or handler of this root is running: never unwind under its feet.
             current.interrupt = True
-            driver._soon(flow.cancel_root)
+            driver._soon(flow.cancel_root, True, reason)
         else:
-            flow.cancel_root()
+            flow.cancel_root(True, reason)
 
     # -- binary interface hooks (§2.7) --------------------------------------------------------
 

@@ -107,10 +107,11 @@ async def test_promise_as_rejects_another_type() -> None:
         await promise_as(root, int)
 
 
-async def test_promise_as_none_and_errors() -> None:
+async def test_promise_as_tuple_and_errors() -> None:
     root = AsyncSteps()
-    root.add(lambda asi: None)
-    assert await promise_as(root, type(None)) is None
+    root.add(lambda asi: asi.success(1, 2))
+    pair: tuple[int, int] = await promise_as(root, tuple)
+    assert pair == (1, 2)
     failing = AsyncSteps()
     failing.add(lambda asi: asi.error(Errors.Unauthorized))
     with pytest.raises(FutoInError, match="Unauthorized"):
@@ -144,10 +145,14 @@ async def test_error_and_loop_signals_never_return() -> None:
     seen: list[str] = []
 
     def step(asi: AsyncSteps) -> None:
-        for call in (lambda: asi.error("E"), lambda: asi.break_loop(),
-                     lambda: asi.continue_loop()):
+        for which in range(3):
             try:
-                call()
+                if which == 0:
+                    asi.error("E")
+                elif which == 1:
+                    asi.break_loop()
+                else:
+                    asi.continue_loop()
             except FutoInError as err:
                 seen.append(err.code)
 

@@ -58,7 +58,7 @@ def test_pyright_strict() -> None:
     except subprocess.TimeoutExpired:  # pragma: no cover - a first run fetches pyright itself
         pytest.skip("pyright could not start in time (its first run installs its npm package)")
     text = out.stdout + out.stderr
-    if out.returncode not in (0, 1) or "error:" not in text and "0 errors" not in text:
+    if out.returncode not in (0, 1) or ("error:" not in text and "0 errors" not in text):
         pytest.skip(f"pyright could not run: {text[-500:]}")
     assert out.returncode == 0, text
     assert "0 errors, 0 warnings, 0 informations" in text, text
