@@ -71,50 +71,57 @@ async def test_timeout_info_in_state() -> None:
         asi.set_timeout(25.5)
         asi.wait_external()
 
+    def on_error(asi: AsyncSteps, code: str) -> None:
+        infos.append(asi.state.error_info)
+        asi.success()
+
     root = AsyncSteps()
-    root.add(lambda asi: asi.add(timed),
-             lambda asi, code: (infos.append(asi.state.error_info), asi.success()))
+    root.add(lambda asi: asi.add(timed), on_error)
     await root.promise()
     assert infos == ["set_timeout(25.5 ms) of step test_timeout_info_in_state.<locals>.timed"]
 
 
+async def _cancelled_root(branch: bool, user_reason: str | None
+                          ) -> tuple[BaseException, FutoInError]:
+    seen: list[BaseException] = []
+    started = anyio.Event()
+
+    async def waiting(asi: AsyncSteps) -> None:
+        try:
+            started.set()
+            await anyio.sleep(10)
+        except anyio.get_cancelled_exc_class() as exc:
+            seen.append(exc)
+            raise
+
+    root = AsyncSteps()
+    if branch:
+        root.add(lambda asi: asi.parallel().add(waiting))
+    else:
+        root.add(waiting)
+    errors: list[FutoInError] = []
+
+    async def run() -> None:
+        try:
+            await root.promise()
+        except FutoInError as exc:
+            errors.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await started.wait()
+        root.cancel(user_reason)
+    return seen[0], errors[0]
+
+
 async def test_root_cancel_reason() -> None:
     for user_reason, expected in ((None, "root.cancel()"), ("shutting down", "shutting down")):
-        seen: list[BaseException] = []
-        started = anyio.Event()
-
-        async def waiting(asi: AsyncSteps) -> None:
-            try:
-                started.set()
-                await anyio.sleep(10)
-            except anyio.get_cancelled_exc_class() as exc:
-                seen.append(exc)
-                raise
-
         for branch in (False, True):
-            seen.clear()
-            started = anyio.Event()
-            root = AsyncSteps()
-            if branch:
-                root.add(lambda asi: asi.parallel().add(waiting))
-            else:
-                root.add(waiting)
-            errors: list[FutoInError] = []
-
-            async def run(root: AsyncSteps = root) -> None:
-                try:
-                    await root.promise()
-                except FutoInError as exc:
-                    errors.append(exc)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(run)
-                await started.wait()
-                root.cancel(user_reason)
-            assert _reason(seen[0])[1] == expected, (branch, seen[0])
-            assert errors[0].code == Errors.Cancelled
+            cancelled, error = await _cancelled_root(branch, user_reason)
+            assert _reason(cancelled)[1] == expected, (branch, cancelled)
+            assert error.code == Errors.Cancelled
             info = "the root was cancelled" + ("" if user_reason is None else f": {user_reason}")
-            assert errors[0].info == info
+            assert error.info == info
 
 
 async def test_sibling_failure_reason() -> None:
