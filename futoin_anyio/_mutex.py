@@ -7,16 +7,18 @@ from threading import get_ident
 from types import TracebackType
 from typing import Any, final
 
-from anyio import Event
+from anyio import Event, current_time
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from ._hooks import flow_key, go_on_with, on_exit
 from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
+    check_name,
     check_queue,
     check_section,
     enter_thread,
+    label,
     lazy_binary,
     task_key,
 )
@@ -52,7 +54,10 @@ class _Entry:
     cloned model run it again, a fresh copy runs instead.
     """
 
-    __slots__ = ("args", "asi", "func", "item", "key", "mutex", "onerror", "state")
+    # ``since``: when it began to wait (set only then, for the flow dump).
+    __slots__ = ("args", "asi", "func", "item", "key", "mutex", "onerror", "since", "state")
+
+    since: float
 
     def __init__(self, mutex: Mutex, func: StepFunc, onerror: ErrorHandler | None) -> None:
         self.mutex = mutex
@@ -83,6 +88,7 @@ class _Entry:
         entry.asi = asi
         entry.args = args
         entry.state = QUEUED
+        entry.since = current_time()
         queue.append(entry)
         asi.wait_external()
 
@@ -136,25 +142,39 @@ class Mutex:
 
     :param max: how many flows may be inside at once (``>= 1``).
     :param max_queue: how many may wait (``>= 0``); ``None`` for no limit.
+    :param name: a name for people: the flow dump (:mod:`futoin_anyio.dump`) shows it.
     :raises TypeError: if an argument is not an ``int`` (or ``None`` for ``max_queue``).
     :raises ValueError: if ``max < 1`` or ``max_queue < 0``.
     """
 
-    __slots__ = ("__weakref__", "_held", "_max", "_owners", "_queue", "_thread")
+    __slots__ = ("__weakref__", "_held", "_label", "_max", "_name", "_owners", "_queue",
+                 "_thread")
 
-    def __init__(self, max: int = 1, max_queue: int | None = None) -> None:
+    def __init__(self, max: int = 1, max_queue: int | None = None, *,
+                 name: str | None = None) -> None:
+        name = check_name("Mutex", name)
         self._setup(check_count("Mutex", "max", max, 1),
                     WaitQueue(check_queue("Mutex", "max_queue", max_queue),
-                              "Mutex queue limit (max_queue) reached"))
+                              "Mutex queue limit (max_queue) reached"),
+                    name, label("Mutex", name))
 
     @classmethod
-    def _with_queue(cls, max: int, queue: WaitQueue[_Entry | _TaskWaiter]) -> Mutex:
+    def _with_queue(cls, max: int, queue: WaitQueue[_Entry | _TaskWaiter], name: str | None,
+                    what: str) -> Mutex:
         """A Mutex over a wait queue of the caller's (a Limiter names its own limit in it)."""
         self = cls.__new__(cls)
-        self._setup(max, queue)
+        self._setup(max, queue, name, what)
         return self
 
-    def _setup(self, max: int, queue: WaitQueue[_Entry | _TaskWaiter]) -> None:
+    @property
+    def name(self) -> str | None:
+        """The name given to the constructor (``None``: none)."""
+        return self._name
+
+    def _setup(self, max: int, queue: WaitQueue[_Entry | _TaskWaiter], name: str | None,
+               what: str) -> None:
+        self._name = name
+        self._label = what  # "Mutex 'x'", or the Limiter's: what the flow dump says
         self._max = max
         self._held = 0
         self._owners: dict[object, int] = {}
