@@ -2,6 +2,9 @@
 
 from ._errors import Errors as Errors
 from ._errors import FutoInError as FutoInError
+from ._instrument import Instrument as Instrument
+from ._instrument import add_instrument as add_instrument
+from ._instrument import remove_instrument as remove_instrument
 from ._limiter import Limiter as Limiter
 from ._limiter import LimiterStatistics as LimiterStatistics
 from ._mutex import Mutex as Mutex
@@ -25,6 +28,7 @@ __all__ = (
     "FutoInError",
     "Handle",
     "ISync",
+    "Instrument",
     "Limiter",
     "LimiterStatistics",
     "Mutex",
@@ -33,7 +37,9 @@ __all__ = (
     "State",
     "Throttle",
     "ThrottleStatistics",
+    "add_instrument",
     "promise_as",
+    "remove_instrument",
 )
 
 #: The one version source: pyproject.toml reads it (``[tool.setuptools.dynamic]``).

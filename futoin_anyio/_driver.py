@@ -141,6 +141,8 @@ class Handle:
 class _Driver:
     """The driver's state and machinery; :class:`~futoin_anyio.AsyncTool` is the one subclass."""
 
+    _instruments: list[Any] | None
+
     __slots__ = (
         "_closing",
         "_coro_tasks",
@@ -154,6 +156,9 @@ class _Driver:
         "_inline",
         "_inline_next",
         "_inline_scope",
+        # An AsyncTool's own instruments (_instrument.add_instrument(..., tool=)): never
+        # initialised, read with getattr only when an instrument is registered somewhere.
+        "_instruments",
         "_joins",
         "_library",
         "_main",

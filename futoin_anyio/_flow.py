@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from anyio import CancelScope, get_cancelled_exc_class
 
+from . import _instrument as _ins
 from ._errors import Errors, FutoInError
 from ._frame import (
     _NO_ARGS,
@@ -137,6 +138,8 @@ def _on_timeout(frame: AsyncSteps, timeout_ms: float = math.nan) -> None:
     state = frame.state
     state.error_info = info
     state.last_exception = exc
+    if _ins.ACTIVE:
+        _ins.timed_out(flow, info)
     flow.throw(Errors.Timeout, None)
 
 
@@ -391,6 +394,8 @@ class _Flow:
         if fresh and code != Errors.LoopBreak and code != Errors.LoopCont:
             state.async_stack = (
                 [f._func for f in stack[1:]] if self.par is None else _step_path(self))
+            if _ins.ACTIVE:
+                _ins.failed(self, stack[-1], code, state.get("error_info"))
         while len(stack) > 1:
             top = stack[-1]
             ext = top._ext
@@ -626,6 +631,8 @@ class _Flow:
         if self.executed:
             root = self.root
             driver._roots.discard(root)
+            if _ins.ACTIVE:
+                _ins.ended(root, driver, self.result_code)
             root._flow = None  # no root <-> flow cycle: both are freed as soon as unreferenced
             code = self.result_code
             if code is not None and code != Errors.Cancelled:

@@ -10,6 +10,8 @@ from typing import Any, final
 from anyio import Event, current_time
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
+from . import _instrument as _ins
+from ._flow import _Flow
 from ._hooks import flow_key, go_on_with, on_exit
 from ._steps import AsyncSteps
 from ._sync_common import (
@@ -76,6 +78,8 @@ class _Entry:
         on_exit(asi, _Entry.leave, entry)
         if mutex._acquire_nowait(key, asi._flow.driver._thread):  # type: ignore[union-attr]
             entry.state = HELD
+            if _ins.ACTIVE:
+                _ins.sync(asi._flow, "sync_entered", mutex._label)
             # Sub-steps start with no arguments: hand the incoming ones on to ``func``.
             if args:
                 asi.success_step(*args)
@@ -91,6 +95,8 @@ class _Entry:
         entry.since = current_time()
         queue.append(entry)
         asi.wait_external()
+        if _ins.ACTIVE:
+            _ins.sync(asi._flow, "sync_waiting", mutex._label)
 
     def leave(self) -> None:
         """The entry's step ended, however: leave the queue, or give the place back."""
@@ -101,6 +107,9 @@ class _Entry:
             self.mutex._queue.discard(self)
         elif state is HELD:
             self.mutex._release(self.key)
+            key = self.key
+            if _ins.ACTIVE and type(key) is _Flow:
+                _ins.sync(key, "sync_left", self.mutex._label)
 
     def __repr__(self) -> str:
         return f"<Mutex.sync {self.func!r} {state_name(self.state)}>"
@@ -280,6 +289,8 @@ class Mutex:
                 if not go_on_with(asi, waiter.item, args):
                     waiter.state = DONE  # no longer waiting: about to be unwound or cancelled
                     continue
+                if _ins.ACTIVE:
+                    _ins.sync(asi._flow, "sync_entered", self._label)
             else:
                 waiter.event.set()
             waiter.state = HELD

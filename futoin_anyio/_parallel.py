@@ -9,6 +9,7 @@ from functools import partial
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
+from . import _instrument as _ins
 from ._flow import _Flow, _halt, _new_frame, _stop_coroutines
 from ._frame import (
     _NO_ARGS,
@@ -164,6 +165,8 @@ class _ParallelRun:
         if self.over:
             return False
         self.over = True
+        if _ins.ACTIVE:
+            _ins.cancelled(self.frame._flow, reason)  # type: ignore[arg-type]
         halted: list[_Flow] = []
         driver = self.frame._flow.driver  # type: ignore[union-attr]
         for flow in self.flows:

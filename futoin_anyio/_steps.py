@@ -21,6 +21,7 @@ from anyio.lowlevel import cancel_shielded_checkpoint as _cancel_shielded_checkp
 from anyio.lowlevel import checkpoint_if_cancelled as _checkpoint_if_cancelled
 
 from . import _flow as _runner
+from . import _instrument as _ins
 from ._driver import _EMPTY, BURST
 from ._errors import Errors, FutoInError
 from ._flow import _Flow, _flow_deadline
@@ -573,6 +574,8 @@ class AsyncSteps:
         if ready is _EMPTY:
             ready = tool._ready = deque()
         ready.append(self)
+        if _ins.ACTIVE:
+            _ins.started(self, tool, False)
         if tool._sleep_scope is not None or tool._inline is not None:
             tool._wake()
 
@@ -641,12 +644,15 @@ class AsyncSteps:
                     await driver._loop(flow)
                 if driver._needs_task_group():
                     await driver._drive(flow)
-        except BaseException:
+        except BaseException as exc:
             if driver._raw_tasks:  # their coroutines end first, as a task group's would
                 await driver._join_raw_tasks(cancel=True)
             flow.abort()
             driver._cancel_all()
             driver._main = None
+            if _ins.ACTIVE:
+                _ins.cancelled(flow, f"promise() is left by {type(exc).__name__}")
+                _ins.ended(self, driver, Errors.Cancelled)
             raise
         if driver._raw_tasks:  # coroutines of roots executed into this driver: they end first
             await driver._join_raw_tasks(cancel=True)
@@ -673,6 +679,8 @@ class AsyncSteps:
                     await sys.modules["trio"].lowlevel.cancel_shielded_checkpoint()
                 else:
                     await _cancel_shielded_checkpoint()
+        if _ins.ACTIVE:
+            _ins.ended(self, driver, flow.result_code)
         return flow.outcome()
 
     def cancel(self, reason: str | None = None) -> None:
@@ -696,9 +704,13 @@ class AsyncSteps:
             if not tool._exited:
                 tool._from_thread(self.cancel, reason)
             return
+        if _ins.ACTIVE and flow is not None and not flow.finished:
+            _ins.cancelled(flow, "root.cancel()" if reason is None else reason)
         if flow is None:
             if self._status is ROOT and self._tool is not None:  # executed, not started yet
                 self._tool._roots.discard(self)
+                if _ins.ACTIVE:
+                    _ins.ended(self, self._tool, Errors.Cancelled)
             self._status = DONE  # nothing ran: nothing to cancel, and it will not run
             return
         if flow.finished:
@@ -738,6 +750,8 @@ class AsyncSteps:
             _internal(f"{what}: this root was already started")
 
     def _start(self, driver: AsyncTool) -> _Flow:
+        if _ins.ACTIVE:  # in the caller's context, before anything of the root runs
+            _ins.started(self, driver, True)
         if self._queue:
             self._queue.reverse()
         flow = _Flow(driver, self, [self], None)

@@ -10,6 +10,7 @@ from typing import Any, final
 from anyio import Event, current_time, move_on_at
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
+from . import _instrument as _ins
 from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
@@ -82,6 +83,8 @@ class _Waiter:
         self.state = QUEUED
         self.since = current_time()
         queue.append(self)
+        if _ins.ACTIVE:
+            _ins.sync(asi._flow, "sync_waiting", throttle._label)
         asi.set_cancel(self.abandon)
         asi.wait_external()
         throttle._sync_timer()
