@@ -162,8 +162,14 @@ class _Flow:
         "queued",
         "result_code",
         "root",
+        # When a root first waited or yielded (time.monotonic()), for the flow dump: set only
+        # then, never initialised (a root that completes at once pays nothing).
+        "since",
         "stack",
     )
+
+    since: float
+    cancel_reason: str
 
     def __init__(self, driver: AsyncTool, root: AsyncSteps, stack: list[AsyncSteps],
                  par: _ParallelRun | None) -> None:

@@ -140,7 +140,9 @@ def _call(driver: _Driver | None, method: str, *args: Any) -> None:
 
 def started(root: AsyncSteps, driver: _Driver, awaited: bool) -> None:
     queue = root._queue
-    if queue:
+    if type(root._func) is str:  # the name it was given
+        name = root._func
+    elif queue:
         item = queue[-1] if root._flow is not None else queue[0]  # a started root's is reversed
         name = step_name(item[0] if type(item) is tuple else item)
     else:

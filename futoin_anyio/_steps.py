@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from inspect import CORO_CREATED, getcoroutinestate, isawaitable, iscoroutine
 from threading import get_ident
+from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from anyio.lowlevel import cancel_shielded_checkpoint as _cancel_shielded_checkpoint
@@ -116,6 +117,7 @@ class AsyncSteps:
     _queue: list[_Item] | None
     _onerror: ErrorHandler | None
     _ext: _Ext | None
+    # A step's callback; a root has none, and keeps there the name it was given (or None).
     _func: object
     _status: int
     _tool: AsyncTool | None
@@ -124,7 +126,7 @@ class AsyncSteps:
     _binary: Any
 
     def __init__(self, state: Mapping[str, Any] | None = None,
-                 tool: AsyncTool | None = None) -> None:
+                 tool: AsyncTool | None = None, *, name: str | None = None) -> None:
         if state is None:
             self._state = None
         elif isinstance(state, State):
@@ -135,13 +137,15 @@ class AsyncSteps:
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
         if tool is not None and type(tool) is not AsyncTool:
             raise TypeError(f"tool must be an AsyncTool, got {type(tool).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
         self._tool = tool
         self._flow = None
         self._parent = None
         self._queue = None
         self._onerror = None
         self._ext = None
-        self._func = None
+        self._func = name  # a root's name for people (the flow dump, instruments)
         self._binary = None
         self._started = False
         self._status = MODEL
@@ -264,6 +268,7 @@ class AsyncSteps:
         if self._status is not MODEL:
             _internal("clone(): only a root that has not been executed can be cloned")
         copy = AsyncSteps(State(self.state), self._tool)
+        copy._func = self._func  # its name
         if self._queue:
             copy._queue = list(self._queue)
         return copy
@@ -593,7 +598,10 @@ class AsyncSteps:
         flow.on_unhandled = self._unhandled
         flow.executed = True
         tool._current = flow
-        return flow.run(budget)
+        budget = flow.run(budget)
+        if not flow.finished:
+            flow.since = _monotonic()  # for the flow dump: the root waits (or yields)
+        return budget
 
     @staticmethod
     def _no_tool(tool: AsyncTool | None) -> NoReturn:
@@ -636,6 +644,7 @@ class AsyncSteps:
             finally:
                 driver._current = None
             if not flow.finished:
+                flow.since = _monotonic()  # for the flow dump: the root waits
                 if driver._inline_next is not None and driver._fatal is None \
                         and not driver._need_tg:
                     # The usual case (an async def step reached): no _loop() frame in between.

@@ -116,7 +116,10 @@ def _short_id(obj: object) -> str:
 
 
 def _root_name(root: AsyncSteps, flow: _Flow | None) -> str:
-    """The qualname of the root's outermost active step (or of its first step, not started)."""
+    """The name the root was given (``AsyncSteps(name=...)``), else the qualname of its
+    outermost active step (or of its first step, not started)."""
+    if type(root._func) is str:
+        return root._func
     if flow is not None and len(flow.stack) > 1:
         return _describe(flow.stack[1]._func)[0]
     queue = root._queue
@@ -134,6 +137,10 @@ def _root_label(flow: _Flow) -> str:
 def _root(root: AsyncSteps, flow: _Flow | None, how: str, driver: AsyncTool,
           now: float | None) -> dict[str, Any]:
     out: dict[str, Any] = {"name": _root_name(root, flow), "id": _short_id(root), "runs": how}
+    since: float | None = getattr(flow, "since", None)
+    # Its age: since it first waited (or yielded); a root that never did is not seen here, but
+    # by a signal handler while its first burst runs (then None).
+    out["age_s"] = None if since is None else time.monotonic() - since
     if flow is None:
         out["state"] = "queued (not started)"
         out["frames"] = []
@@ -350,7 +357,8 @@ def format_text(snap: dict[str, Any]) -> str:
     lines = [f"futoin_anyio flow dump: {len(roots)} live root(s), pid {snap.get('pid')}, "
              f"backend {snap.get('backend') or '-'}, clock {snap.get('clock')}"]
     for root in roots:
-        lines.append(f"root {root['name']}#{root['id']}  [{root['state']}]  {root['runs']}")
+        lines.append(f"root {root['name']}#{root['id']}  [{root['state']}]  {root['runs']}, "
+                     f"age {_seconds(root.get('age_s'))}")
         deadline = root.get("deadline")
         if deadline is not None:
             lines.append(f"  nearest deadline in {_seconds(deadline.get('in_s'))}: "

@@ -195,3 +195,25 @@ def test_dump_a_running_demo_from_another_process(which: str, tmp_path: Path) ->
         demo.wait()
         if demo.stdout is not None:
             demo.stdout.close()
+
+
+async def test_a_named_root_and_its_age() -> None:
+    root = AsyncSteps(name="GET /orders")
+    root.add(lambda asi: asi.wait_external())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(root.promise)
+        await anyio.sleep(0.05)
+        snap = dump.snapshot()
+        tg.cancel_scope.cancel()
+    (found,) = snap["roots"]
+    assert found["name"] == "GET /orders"
+    assert found["runs"] == "promise()"
+    assert found["age_s"] is not None and found["age_s"] >= 0
+    assert found["frames"][0]["waits"] == {"on": "wait_external()"}
+    model = AsyncSteps(name="model")
+    assert model.clone()._func == "model"  # a clone keeps the name
+
+
+def test_root_name_must_be_a_str() -> None:
+    with pytest.raises(TypeError, match="name must be a str"):
+        AsyncSteps(name=3)  # type: ignore[arg-type]
