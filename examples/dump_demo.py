@@ -21,7 +21,7 @@ def query(asi: AsyncSteps) -> None:
 
 
 def handle_request(asi: AsyncSteps) -> None:
-    asi.set_timeout(3_600_000)
+    asi.set_timeout(30_000)
     asi.sync(LIMITER, query)
 
 

@@ -37,7 +37,7 @@ def step_name(func: object) -> str:
 
 def timeout_info(frame: AsyncSteps, timeout_ms: float) -> str:
     """``set_timeout(100 ms) of step fetch_orders``: the ``info`` of the Timeout error."""
-    return f"set_timeout({timeout_ms:g} ms) of step {step_name(frame._func)}"
+    return f"set_timeout({timeout_ms:.15g} ms) of step {step_name(frame._func)}"
 
 
 def cancel_scope(scope: Any, reason: str) -> None:

@@ -238,6 +238,8 @@ def _waits(frame: AsyncSteps, ext: Any, now: float | None) -> dict[str, Any]:
         end = throttle._period_end
         out["next_period_in_s"] = None if end is None or now is None else end - now
         return out
+    if ext is not _WAIT_ONLY and ext.par is not None:
+        return {"on": "its parallel branches"}
     if ext is _WAIT_ONLY or ext.timer is None:
         return {"on": "wait_external()"}
     return {"on": "its set_timeout() timer (no other wake-up)"}
@@ -328,7 +330,7 @@ def _describe(func: object) -> tuple[str, str | None, str | None]:
         return f"await_({type(aw).__qualname__})", None, None
     owner = getattr(func, "__self__", None)
     if isinstance(owner, ParallelSteps):
-        return "parallel()", None, "parallel"
+        return "parallel()", None, None
     if type(owner) is _Waiter:
         return f"wait for the rate of {owner.throttle._label}", None, None
     while type(func) is partial:
