@@ -201,6 +201,12 @@ def _frame(frame: AsyncSteps, driver: AsyncTool, now: float | None) -> dict[str,
             entry = ext.exit_arg
             if entry.state is HELD:
                 out["holds"] = entry.mutex._label
+        else:
+            redis = _redis_entry(ext.on_exit, ext.exit_arg)
+            if redis is not None:
+                out["kind"] = f"sync({redis.prim._agent.what})"
+                if redis.state is HELD:
+                    out["holds"] = redis.prim._agent.what
         coro = ext.coro
         if status is CORO and coro is not None:
             out["coroutine"] = {
@@ -231,6 +237,11 @@ def _waits(frame: AsyncSteps, ext: Any, now: float | None) -> dict[str, Any]:
         mutex = entry.mutex
         return _queued(mutex._label, list(mutex._queue), entry, entry.since, now,
                        [_holder(key) for key in mutex._owners])
+    redis = _redis_entry(ext.on_exit, ext.exit_arg)
+    if redis is not None and redis.state is QUEUED:
+        # The queue is on the Redis server: this process sees only its own entry.
+        return {"on": f"{redis.prim._agent.what} (queued on the Redis server)", "since": None,
+                "for_s": None, "behind": []}
     waiter = getattr(frame._func, "__self__", None)
     if type(waiter) is _Waiter and waiter.state is QUEUED:
         throttle = waiter.throttle
@@ -251,6 +262,15 @@ def _queued(what: str, queue: list[Any], entry: Any, since: float, now: float | 
     return {"on": what, "queue_position": position, "queue_length": len(queue),
             "since": since, "for_s": None if now is None else now - since,
             "behind": holders}
+
+
+def _redis_entry(hook: object, arg: object) -> Any:
+    """The entry of a ``futoin_anyio.redis`` primitive a frame is in, if any (told by its exit
+    hook: that module is optional, and not imported here)."""
+    if getattr(hook, "__module__", None) == "futoin_anyio.redis._primitives" and \
+            getattr(hook, "__qualname__", None) == "_Entry.leave":
+        return arg
+    return None
 
 
 def _holder(key: object) -> str:
@@ -313,6 +333,9 @@ def _describe(func: object) -> tuple[str, str | None, str | None]:
         inner = getattr(func, "func", None)  # a Limiter's section: the Throttle's sync of func
         if inner is not None and not hasattr(func, "__code__"):
             func = inner
+    elif _redis_entry(getattr(type(func), "leave", None), func) is not None:
+        kind = f"sync({func.prim._agent.what})"  # type: ignore[attr-defined]
+        func = func.func  # type: ignore[attr-defined]
     elif type(func) is _Loop:
         kind = ("loop", "repeat", "for_each")[func.kind]
         func = func.func

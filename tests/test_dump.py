@@ -217,3 +217,36 @@ async def test_a_named_root_and_its_age() -> None:
 def test_root_name_must_be_a_str() -> None:
     with pytest.raises(TypeError, match="name must be a str"):
         AsyncSteps(name=3)  # type: ignore[arg-type]
+
+
+# coredis leaves request streams for the collector to close (as in tests/test_redis_limits.py).
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_flow_queued_on_a_redis_limiter(redis_server: Any) -> None:
+    coredis = pytest.importorskip("coredis")
+    import uuid
+
+    from futoin_anyio.redis import RedisLimiter
+
+    async with coredis.Redis(host="127.0.0.1", port=redis_server.port) as client:
+        limiter = RedisLimiter(client, f"dump-{uuid.uuid4().hex}", max_queue=5)
+
+        def query(asi: AsyncSteps) -> None:
+            asi.wait_external()
+
+        roots = []
+        async with anyio.create_task_group() as tg:
+            for _ in range(2):
+                root = AsyncSteps()
+                root.add(lambda asi: asi.sync(limiter, query))
+                roots.append(root)
+                tg.start_soon(root.promise)
+                await anyio.sleep(0.2)
+            snap = dump.snapshot()
+            tg.cancel_scope.cancel()
+    entries = [f for r in snap["roots"] for f in r["frames"] if "kind" in f]
+    assert len(entries) == 2
+    assert all(e["kind"].startswith("sync(RedisLimiter 'dump-") for e in entries), entries
+    assert any(e.get("holds") for e in entries), entries
+    assert any(e.get("waits", {}).get("on", "").endswith("(queued on the Redis server)")
+               for e in entries), entries
