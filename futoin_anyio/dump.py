@@ -475,6 +475,19 @@ def install_signal_handler(signum: int | None = None, path: str | None = None,
     return target
 
 
+def _catches(pid: int, signum: int) -> bool | None:
+    """Does process ``pid`` catch ``signum``? From Linux's ``/proc/PID/status`` (``SigCgt``);
+    ``None`` where that cannot be told."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("SigCgt:"):
+                    return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m futoin_anyio.dump PID``: signal a running process and print its dump."""
     parser = argparse.ArgumentParser(
@@ -486,12 +499,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--signal", default="SIGUSR1", help="the signal it listens to")
     parser.add_argument("--path", help="where it writes the dump (default: its dump_path())")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for it")
+    parser.add_argument("--force", action="store_true",
+                        help="signal it even if it does not seem to catch the signal")
     args = parser.parse_args(argv)
     path = args.path or dump_path(args.pid)
     before = os.stat(path).st_mtime_ns if os.path.exists(path) else None
     signum = getattr(signal, args.signal, None)
     if not isinstance(signum, int):
         parser.error(f"unknown signal {args.signal}")
+    if not args.force and _catches(args.pid, signum) is False:
+        # The default action of SIGUSR1 ends the process: never send it blindly.
+        print(f"process {args.pid} does not catch {args.signal}: it would end it. Call "
+              "futoin_anyio.dump.install_signal_handler() in it (or pass --force).",
+              file=sys.stderr)
+        return 2
     os.kill(args.pid, signum)
     deadline = time.monotonic() + args.timeout
     while True:

@@ -250,3 +250,17 @@ async def test_a_flow_queued_on_a_redis_limiter(redis_server: Any) -> None:
     assert any(e.get("holds") for e in entries), entries
     assert any(e.get("waits", {}).get("on", "").endswith("(queued on the Redis server)")
                for e in entries), entries
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux's /proc")
+def test_the_command_never_signals_a_process_that_would_die_of_it() -> None:
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as victim:
+        try:
+            out = subprocess.run(
+                [sys.executable, "-m", "futoin_anyio.dump", str(victim.pid)], cwd=ROOT,
+                capture_output=True, text=True, timeout=60, check=False)
+            assert out.returncode == 2
+            assert "does not catch SIGUSR1" in out.stderr
+            assert victim.poll() is None  # still alive
+        finally:
+            victim.kill()
