@@ -175,7 +175,7 @@ def test_dump_a_running_demo_from_another_process(which: str, tmp_path: Path) ->
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     demo = subprocess.Popen(
-        [sys.executable, "-m", "examples.dump_demo", "--backend", which],
+        [sys.executable, "-m", "examples.service.dump_demo", "--backend", which],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert demo.stdout is not None

@@ -1,6 +1,6 @@
 """A small service whose flows can be dumped from another shell (see docs/seeing_inside.rst).
 
-    python -m examples.dump_demo --backend trio &
+    python -m examples.service.dump_demo --backend trio &
     python -m futoin_anyio.dump $!
 
 One request holds the Limiter's only place (its back end never answers); the next one waits
