@@ -121,10 +121,10 @@ def remove_instrument(instrument: Instrument, tool: Any = None) -> None:
 
 
 def _call(driver: _Driver | None, method: str, *args: Any) -> None:
-    targets = list(_global)
-    mine: list[Instrument] | None = getattr(driver, "_instruments", None)
-    if mine:
-        targets.extend(mine)
+    # A tool's slot is read only while some tool has instruments: reading the unset slot of a
+    # promise() driver costs an AttributeError.
+    mine: list[Instrument] | None = getattr(driver, "_instruments", None) if _tools else None
+    targets = tuple(_global) if not mine else (*_global, *mine)
     for instrument in targets:
         try:
             getattr(instrument, method)(*args)
