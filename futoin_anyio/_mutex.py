@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from threading import get_ident
+from time import monotonic
 from types import TracebackType
 from typing import Any, final
 
-from anyio import Event, current_time
+from anyio import Event
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from . import _instrument as _ins
@@ -92,7 +93,7 @@ class _Entry:
         entry.asi = asi
         entry.args = args
         entry.state = QUEUED
-        entry.since = current_time()
+        entry.since = monotonic()  # cheap (AnyIO's current_time() costs a backend lookup)
         queue.append(entry)
         asi.wait_external()
         if _ins.ACTIVE:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from threading import get_ident
+from time import monotonic
 from types import TracebackType
 from typing import Any, final
 
@@ -81,7 +82,7 @@ class _Waiter:
         self.asi = asi
         self.args = args
         self.state = QUEUED
-        self.since = current_time()
+        self.since = monotonic()  # cheap (AnyIO's current_time() costs a backend lookup)
         queue.append(self)
         if _ins.ACTIVE:
             _ins.sync(asi._flow, "sync_waiting", throttle._label)

@@ -259,9 +259,9 @@ def _waits(frame: AsyncSteps, ext: Any, now: float | None) -> dict[str, Any]:
 def _queued(what: str, queue: list[Any], entry: Any, since: float, now: float | None,
             holders: list[str]) -> dict[str, Any]:
     position = queue.index(entry) if entry in queue else None
+    waited = time.monotonic() - since  # ``since`` is time.monotonic() (cheap on the queued path)
     return {"on": what, "queue_position": position, "queue_length": len(queue),
-            "since": since, "for_s": None if now is None else now - since,
-            "behind": holders}
+            "since": time.time() - waited, "for_s": waited, "behind": holders}
 
 
 def _redis_entry(hook: object, arg: object) -> Any:
