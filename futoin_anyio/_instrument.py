@@ -28,6 +28,9 @@ logger = logging.getLogger("futoin_anyio")
 
 #: True while any instrument is registered, globally or on a tool: the one test the engine makes.
 ACTIVE = False
+#: True once the flow dump asked for times (``dump.record_times()``): a waiting root and a queued
+#: sync entry then note when they began to wait (a clock read each), for its ages and waits.
+TIMES = False
 _global: list[Instrument] = []
 _tools = 0  # tools with instruments of their own
 

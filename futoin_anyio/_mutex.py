@@ -93,7 +93,8 @@ class _Entry:
         entry.asi = asi
         entry.args = args
         entry.state = QUEUED
-        entry.since = monotonic()  # cheap (AnyIO's current_time() costs a backend lookup)
+        if _ins.TIMES:  # for the flow dump (AnyIO's current_time() would cost a backend lookup)
+            entry.since = monotonic()
         queue.append(entry)
         asi.wait_external()
         if _ins.ACTIVE:

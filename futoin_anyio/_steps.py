@@ -599,7 +599,7 @@ class AsyncSteps:
         flow.executed = True
         tool._current = flow
         budget = flow.run(budget)
-        if not flow.finished:
+        if _ins.TIMES and not flow.finished:
             flow.since = _monotonic()  # for the flow dump: the root waits (or yields)
         return budget
 
@@ -644,7 +644,8 @@ class AsyncSteps:
             finally:
                 driver._current = None
             if not flow.finished:
-                flow.since = _monotonic()  # for the flow dump: the root waits
+                if _ins.TIMES:
+                    flow.since = _monotonic()  # for the flow dump: the root waits
                 if driver._inline_next is not None and driver._fatal is None \
                         and not driver._need_tg:
                     # The usual case (an async def step reached): no _loop() frame in between.

@@ -82,7 +82,8 @@ class _Waiter:
         self.asi = asi
         self.args = args
         self.state = QUEUED
-        self.since = monotonic()  # cheap (AnyIO's current_time() costs a backend lookup)
+        if _ins.TIMES:  # for the flow dump (AnyIO's current_time() would cost a backend lookup)
+            self.since = monotonic()
         queue.append(self)
         if _ins.ACTIVE:
             _ins.sync(asi._flow, "sync_waiting", throttle._label)

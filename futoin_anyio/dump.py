@@ -42,6 +42,7 @@ from functools import partial
 from threading import get_ident
 from typing import Any
 
+from . import _instrument
 from ._flow import _Flow, _flow_deadline
 from ._frame import _STATUS_NAMES, _WAIT_ONLY, CANCELLING, CORO, ROOT, WAIT
 from ._limiter import _Section as _LimiterSection
@@ -55,10 +56,19 @@ from ._throttle import _Waiter
 from ._tool import AsyncTool
 from ._waitqueue import HELD, QUEUED
 
-__all__ = ("dump_path", "format_text", "install_signal_handler", "main", "snapshot", "write")
+__all__ = ("dump_path", "format_text", "install_signal_handler", "main", "record_times",
+           "snapshot", "write")
 
 #: The version of the snapshot's format (its ``"format"`` key).
 FORMAT = 1
+
+
+def record_times(on: bool = True) -> None:
+    """From now on, note when each root first waits and when each flow joins a sync queue, so
+    that snapshots show ages and queue waits (``age_s``, ``for_s``, ``since``; ``None`` for what
+    began before). It costs a clock read per waiting root and per queued entry;
+    :func:`install_signal_handler` turns it on."""
+    _instrument.TIMES = bool(on)
 
 
 # -- finding the live roots --------------------------------------------------------------------
@@ -235,8 +245,8 @@ def _waits(frame: AsyncSteps, ext: Any, now: float | None) -> dict[str, Any]:
     if ext.on_exit is _Entry.leave and ext.exit_arg.state is QUEUED:
         entry = ext.exit_arg
         mutex = entry.mutex
-        return _queued(mutex._label, list(mutex._queue), entry, entry.since, now,
-                       [_holder(key) for key in mutex._owners])
+        return _queued(mutex._label, list(mutex._queue), entry, getattr(entry, "since", None),
+                       now, [_holder(key) for key in mutex._owners])
     redis = _redis_entry(ext.on_exit, ext.exit_arg)
     if redis is not None and redis.state is QUEUED:
         # The queue is on the Redis server: this process sees only its own entry.
@@ -245,7 +255,8 @@ def _waits(frame: AsyncSteps, ext: Any, now: float | None) -> dict[str, Any]:
     waiter = getattr(frame._func, "__self__", None)
     if type(waiter) is _Waiter and waiter.state is QUEUED:
         throttle = waiter.throttle
-        out = _queued(throttle._label, list(throttle._queue), waiter, waiter.since, now, [])
+        out = _queued(throttle._label, list(throttle._queue), waiter,
+                      getattr(waiter, "since", None), now, [])
         end = throttle._period_end
         out["next_period_in_s"] = None if end is None or now is None else end - now
         return out
@@ -256,12 +267,14 @@ def _waits(frame: AsyncSteps, ext: Any, now: float | None) -> dict[str, Any]:
     return {"on": "its set_timeout() timer (no other wake-up)"}
 
 
-def _queued(what: str, queue: list[Any], entry: Any, since: float, now: float | None,
+def _queued(what: str, queue: list[Any], entry: Any, since: float | None, now: float | None,
             holders: list[str]) -> dict[str, Any]:
     position = queue.index(entry) if entry in queue else None
-    waited = time.monotonic() - since  # ``since`` is time.monotonic() (cheap on the queued path)
+    # ``since`` is time.monotonic(), noted only while times are recorded (record_times()).
+    waited = None if since is None else time.monotonic() - since
     return {"on": what, "queue_position": position, "queue_length": len(queue),
-            "since": time.time() - waited, "for_s": waited, "behind": holders}
+            "since": None if waited is None else time.time() - waited, "for_s": waited,
+            "behind": holders}
 
 
 def _redis_entry(hook: object, arg: object) -> Any:
@@ -464,6 +477,7 @@ def install_signal_handler(signum: int | None = None, path: str | None = None,
         if signum is None:  # pragma: no cover - Windows
             raise RuntimeError("this platform has no SIGUSR1: pass signum=")
     target = dump_path() if path is None else path
+    record_times()
 
     def handler(signum: int, frame: object) -> None:
         write(target)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,14 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(params=BACKENDS)
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     return backend(request.param, autojump_clock=True)
+
+
+@pytest.fixture(autouse=True)
+def _times() -> Iterator[None]:
+    """Ages and queue waits are timed only once the dump asked for it."""
+    dump.record_times()
+    yield
+    dump.record_times(False)
 
 
 def _walk(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -278,3 +287,21 @@ def test_the_command_never_signals_a_process_that_would_die_of_it() -> None:
             assert victim.poll() is None  # still alive
         finally:
             victim.kill()
+
+
+async def test_no_times_unless_asked() -> None:
+    dump.record_times(False)
+    limiter = Limiter(concurrent=1, max_queue=5, name="db")
+    async with anyio.create_task_group() as tg:
+        for _ in range(2):
+            root = AsyncSteps()
+            root.add(lambda asi: asi.sync(limiter, lambda asi: asi.wait_external()))
+            tg.start_soon(root.promise)
+        await anyio.sleep(0.01)
+        snap = dump.snapshot()
+        tg.cancel_scope.cancel()
+    assert [r["age_s"] for r in snap["roots"]] == [None, None]
+    waits = [f["waits"] for r in snap["roots"] for f in r["frames"] if "waits" in f
+             and f["waits"]["on"] == "Limiter 'db'"]
+    assert waits[0]["for_s"] is None and waits[0]["since"] is None
+    assert "for ?" in dump.format_text(snap)
