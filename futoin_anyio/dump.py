@@ -329,7 +329,9 @@ def _await_chain(coro: Any) -> list[str]:
                 out.append(f"<{type(obj).__qualname__}>")
             break
         code = frame.f_code
-        qualname = getattr(code, "co_qualname", code.co_name)
+        # A coroutine or generator has its own __qualname__ (code objects only from 3.11).
+        qualname = getattr(obj, "__qualname__", None) or getattr(code, "co_qualname",
+                                                                 code.co_name)
         out.append(f"{qualname} at {code.co_filename}:{frame.f_lineno}")
         obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
         if obj is None:
