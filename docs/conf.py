@@ -58,6 +58,13 @@ nitpick_ignore = [
         # The callback type aliases of futoin_anyio._types (private, shown by name) and
         # futoin_anyio.testing's AsyncTestFunc.
         "StepFunc",
+        # OpenTelemetry (no inventory: the docs build offline).
+        "opentelemetry.trace.TracerProvider",
+        "Span",
+        "LoopFunc",
+        "RepeatFunc",
+        "ForEachFunc",
+        "T",
         "ErrorHandler",
         "CancelHandler",
         "AsyncTestFunc",

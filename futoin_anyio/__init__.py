@@ -2,11 +2,15 @@
 
 from ._errors import Errors as Errors
 from ._errors import FutoInError as FutoInError
+from ._instrument import Instrument as Instrument
+from ._instrument import add_instrument as add_instrument
+from ._instrument import remove_instrument as remove_instrument
 from ._limiter import Limiter as Limiter
 from ._limiter import LimiterStatistics as LimiterStatistics
 from ._mutex import Mutex as Mutex
 from ._mutex import MutexStatistics as MutexStatistics
 from ._parallel import ParallelSteps as ParallelSteps
+from ._results import promise_as as promise_as
 from ._state import State as State
 from ._steps import AsyncSteps as AsyncSteps
 from ._throttle import Throttle as Throttle
@@ -24,6 +28,7 @@ __all__ = (
     "FutoInError",
     "Handle",
     "ISync",
+    "Instrument",
     "Limiter",
     "LimiterStatistics",
     "Mutex",
@@ -32,6 +37,9 @@ __all__ = (
     "State",
     "Throttle",
     "ThrottleStatistics",
+    "add_instrument",
+    "promise_as",
+    "remove_instrument",
 )
 
 #: The one version source: pyproject.toml reads it (``[tool.setuptools.dynamic]``).

@@ -47,6 +47,7 @@ from ._flow import (
     scope_class,
 )
 from ._frame import CANCELLING, CORO
+from ._reasons import cancel_scope
 
 _sniffio: Any
 try:
@@ -143,6 +144,8 @@ class Handle:
 class _Driver:
     """The driver's state and machinery; :class:`~futoin_anyio.AsyncTool` is the one subclass."""
 
+    _instruments: list[Any] | None
+
     __slots__ = (
         "_clock",
         "_closing",
@@ -157,6 +160,9 @@ class _Driver:
         "_inline",
         "_inline_next",
         "_inline_scope",
+        # An AsyncTool's own instruments (_instrument.add_instrument(..., tool=)): never
+        # initialised, read with getattr only when an instrument is registered somewhere.
+        "_instruments",
         "_joins",
         "_library",
         "_main",
@@ -317,13 +323,14 @@ class _Driver:
         self._push_timer(self._clock() + delay_s, handle, True)
         return handle
 
-    def _call_timeout(self, delay_s: float, frame: AsyncSteps) -> tuple[Handle, float]:
+    def _call_timeout(self, delay_s: float, frame: AsyncSteps,
+                      timeout_ms: float) -> tuple[Handle, float]:
         """The timer of ``set_timeout()`` on ``frame``: its handle and its deadline.
 
         While the driver awaits a coroutine of ``frame``'s flow inline, the shared scope's
         deadline covers it (the caller updates it): no helper task is started for it.
         """
-        handle = Handle._create(self, _on_timeout, (frame,))
+        handle = Handle._create(self, _on_timeout, (frame, timeout_ms))
         deadline = self._clock() + delay_s
         inline = self._inline
         self._push_timer(deadline, handle, inline is None or inline._flow is not frame._flow)
@@ -729,7 +736,7 @@ class _Driver:
                     for task in self._raw_tasks:
                         task.cancelled = True
                         if task.scope is not None:
-                            task.scope.cancel()
+                            cancel_scope(task.scope, "promise() is left by an exception")
                 idle = self._raw_idle = anyio.Event()
                 await idle.wait()
 
@@ -752,7 +759,7 @@ class _Driver:
                     self._start_pending_coros()
                     await self._loop(main)
                     if self._fatal is not None:
-                        tg.cancel_scope.cancel()
+                        cancel_scope(tg.cancel_scope, _fatal_reason(self._fatal))
                     # Coroutines of cancelled steps end here: the group waits for them.
             except BaseExceptionGroup as group:
                 error = _unwrap_group(group)
@@ -796,7 +803,7 @@ class _Driver:
         if self._fatal is not None:  # re-raised by __aexit__, after the block is cancelled
             self._cancel_all()
             assert self._tg is not None
-            self._tg.cancel_scope.cancel()
+            cancel_scope(self._tg.cancel_scope, _fatal_reason(self._fatal))
 
     def _task_started(self) -> None:
         self._coro_tasks += 1
@@ -836,7 +843,8 @@ class _Driver:
             if flow is None:
                 root.cancel()  # not started yet
             else:
-                flow.cancel_root(wait=False)  # this driver is going away: nothing to wait with
+                # This driver is going away: nothing to wait with.
+                flow.cancel_root(False, "its AsyncTool (or promise()) is ending")
         for item in self._ready:
             if type(item) is Handle:
                 item._tool = None
@@ -860,7 +868,7 @@ class _Driver:
             self._fatal = exc
         inline = self._inline_scope
         if inline is not None:
-            inline.cancel()  # the caller's inline await stops too
+            cancel_scope(inline, _fatal_reason(exc))  # the caller's inline await stops too
         self._wake()
 
 
@@ -905,6 +913,10 @@ def _task_name(step: AsyncSteps) -> str:
         name = type(func).__qualname__
     module = getattr(func, "__module__", None)
     return f"{module}.{name}" if module else str(name)
+
+
+def _fatal_reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__} escaped a coroutine step"
 
 
 def _run_callback(handle: Handle) -> None:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from anyio import CancelScope, get_cancelled_exc_class
 
+from . import _instrument as _ins
 from ._errors import Errors, FutoInError
 from ._frame import (
     _NO_ARGS,
@@ -52,6 +53,7 @@ from ._frame import (
     _own_ext,
     _run_cleanups,
 )
+from ._reasons import cancel_scope, expire_scope, flow_reason, timeout_info
 from ._state import State
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -122,7 +124,7 @@ def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
     return frame
 
 
-def _on_timeout(frame: AsyncSteps) -> None:
+def _on_timeout(frame: AsyncSteps, timeout_ms: float = math.nan) -> None:
     ext = frame._ext
     if frame._status is DONE or ext is None:
         return
@@ -131,11 +133,14 @@ def _on_timeout(frame: AsyncSteps) -> None:
     assert flow is not None
     if flow.finished:  # halted while its coroutines end (see _halt): the timer is moot
         return
-    exc = FutoInError(Errors.Timeout)
+    info = timeout_info(frame, timeout_ms)  # names the step and its limit, on every path
+    exc = FutoInError(Errors.Timeout, info)
     state = frame.state
-    state.error_info = None
+    state.error_info = info
     state.last_exception = exc
-    flow.throw(Errors.Timeout)
+    if _ins.ACTIVE:
+        _ins.timed_out(flow, info)
+    flow.throw(Errors.Timeout, None)
 
 
 class _Flow:
@@ -144,6 +149,9 @@ class _Flow:
     __slots__ = (
         "__weakref__",
         "args",
+        # Why the flow is being cancelled (set by whoever cancels it, read only then: never
+        # initialised, so a flow that is not cancelled pays nothing; see _reasons.flow_reason).
+        "cancel_reason",
         "driver",
         "executed",
         "finished",
@@ -154,8 +162,14 @@ class _Flow:
         "queued",
         "result_code",
         "root",
+        # When a root first waited or yielded (time.monotonic()), for the flow dump: set only
+        # then, never initialised (a root that completes at once pays nothing).
+        "since",
         "stack",
     )
+
+    since: float
+    cancel_reason: str
 
     def __init__(self, driver: AsyncTool, root: AsyncSteps, stack: list[AsyncSteps],
                  par: _ParallelRun | None) -> None:
@@ -339,8 +353,13 @@ class _Flow:
             raise exc  # KeyboardInterrupt, SystemExit, the backend's cancellation: never ours
         return self._unwind(code)
 
-    def throw(self, code: str) -> None:
-        """Raise ``code`` at the innermost active step (a timeout, an external error)."""
+    def throw(self, code: str, reason: str | None = None) -> None:
+        """Raise ``code`` at the innermost active step (a timeout, an external error).
+
+        A coroutine step running in a task is interrupted first: with ``reason`` its scope is
+        cancelled with it; with ``None`` (a timeout) its deadline is made due, as the shared
+        scope of an inline run expires by its own deadline.
+        """
         if self.finished or self.root._status is CANCELLING:
             return
         top = self.stack[-1]
@@ -352,7 +371,10 @@ class _Flow:
         if top._status is CORO and ext is not None and ext.scope is not None:
             # Let the coroutine's own cleanup finish first: unwinding goes on when its task ends.
             ext.pending = code
-            ext.scope.cancel()
+            if reason is None:
+                expire_scope(ext.scope)
+            else:
+                cancel_scope(ext.scope, reason)
             return
         if self._unwind(code) is GO_ON:
             self.driver._schedule(self)
@@ -378,6 +400,8 @@ class _Flow:
         if fresh and code != Errors.LoopBreak and code != Errors.LoopCont:
             state.async_stack = (
                 [f._func for f in stack[1:]] if self.par is None else _step_path(self))
+            if _ins.ACTIVE:
+                _ins.failed(self, stack[-1], code, state.get("error_info"))
         while len(stack) > 1:
             top = stack[-1]
             ext = top._ext
@@ -385,7 +409,7 @@ class _Flow:
                 # The run stays in ext.par while paused: whoever waits for the coroutines
                 # under this frame (an outer unwinding, cancel()) still finds them.
                 resume = partial(self._resume_unwind, code, self.loop_label)
-                if ext.par.stop_branches(None, resume):
+                if ext.par.stop_branches(None, resume, f"parallel step unwound by {code}"):
                     top._status = FAILING
                     return PAUSED
             frame = stack.pop()
@@ -463,11 +487,13 @@ class _Flow:
         par = ext.par
         if par is not None:
             ext.par = None
-            par.cancel_branches()
+            par.cancel_branches(flow_reason(
+                self, "the flow was cancelled" if code is None else f"step unwound by {code}"))
         scope = ext.scope
         if scope is not None:
             ext.scope = None
-            scope.cancel()
+            cancel_scope(scope, flow_reason(
+                self, "the flow was cancelled" if code is None else f"step unwound by {code}"))
         coro = ext.coro
         if coro is not None:  # its task may never start (its group is cancelled): close it now
             ext.coro = None
@@ -548,7 +574,7 @@ class _Flow:
         self.stack.clear()
         self.par = None
 
-    def cancel_root(self, wait: bool = True) -> None:
+    def cancel_root(self, wait: bool = True, reason: str | None = None) -> None:
         """``asi.cancel()`` on the root: cancel every flow of the root, end with ``Cancelled``.
 
         As when the task awaiting ``promise()`` is cancelled, the root's coroutine steps are
@@ -558,10 +584,12 @@ class _Flow:
         if self.finished:
             return
         root = self.root
+        if reason is not None:
+            self.cancel_reason = reason
         if root._status is CANCELLING:
             if wait:
                 return
-        elif wait and _stop_coroutines(self):
+        elif wait and _stop_coroutines(self, flow_reason(self, "root.cancel()")):
             root._status = CANCELLING
             self.driver._join([self], partial(self.cancel_root, False))
             return
@@ -609,6 +637,8 @@ class _Flow:
         if self.executed:
             root = self.root
             driver._roots.discard(root)
+            if _ins.ACTIVE:
+                _ins.ended(root, driver, self.result_code)
             root._flow = None  # no root <-> flow cycle: both are freed as soon as unreferenced
             code = self.result_code
             if code is not None and code != Errors.Cancelled:
@@ -632,7 +662,9 @@ class _Flow:
         state = self.root.state
         last = state.get("last_exception")
         if code == Errors.Cancelled:
-            raise FutoInError(Errors.Cancelled, "the root was cancelled")
+            reason: str | None = getattr(self, "cancel_reason", None)
+            raise FutoInError(Errors.Cancelled, "the root was cancelled" if reason is None
+                              else f"the root was cancelled: {reason}")
         info = state.get("error_info")
         if isinstance(last, FutoInError) and last.code == code and last.info is info:
             raise last
@@ -918,9 +950,9 @@ def _has_running(flows: list[_Flow]) -> bool:
     return False
 
 
-def _stop_coroutines(flow: _Flow) -> bool:
-    """Cancel the coroutines still running under ``flow`` (close those whose task has not
-    started: they never run). ``True`` if some are still ending."""
+def _stop_coroutines(flow: _Flow, reason: str) -> bool:
+    """Cancel the coroutines still running under ``flow`` with ``reason`` (close those whose
+    task has not started: they never run). ``True`` if some are still ending."""
     running: list[AsyncSteps] = []
     _running_coroutines(flow, running)
     ending = False
@@ -929,7 +961,7 @@ def _stop_coroutines(flow: _Flow) -> bool:
         assert ext is not None
         scope = ext.scope
         if scope is not None:
-            scope.cancel()
+            cancel_scope(scope, reason)
             ending = True
         else:
             coro = ext.coro

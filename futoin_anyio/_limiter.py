@@ -10,9 +10,11 @@ from ._mutex import Mutex
 from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
+    check_name,
     check_period,
     check_queue,
     check_section,
+    label,
     lazy_binary,
     task_key,
 )
@@ -82,6 +84,7 @@ class Limiter:
     :param rate: entries per period (``>= 1``).
     :param period_ms: the rate period in milliseconds (``> 0``).
     :param burst: flows waiting for the rate (``>= 0``); ``None`` for no limit.
+    :param name: a name for people: the flow dump (:mod:`futoin_anyio.dump`) shows it.
     :raises TypeError: if a count is not an ``int`` or the period not a number.
     :raises ValueError: if a count or the period is out of range.
     """
@@ -89,17 +92,22 @@ class Limiter:
     __slots__ = ("__weakref__", "_mutex", "_throttle")
 
     def __init__(self, concurrent: int = 1, max_queue: int | None = 0, rate: int = 1,
-                 period_ms: float = 1000, burst: int | None = 0) -> None:
+                 period_ms: float = 1000, burst: int | None = 0, *,
+                 name: str | None = None) -> None:
         concurrent = check_count("Limiter", "concurrent", concurrent, 1)
         max_queue = check_queue("Limiter", "max_queue", max_queue)
         rate = check_count("Limiter", "rate", rate, 1)
         period_ms = check_period("Limiter", "period_ms", period_ms)
         burst = check_queue("Limiter", "burst", burst)
+        name = check_name("Limiter", name)
+        what = label("Limiter", name)
         # The two wait queues name the Limiter's own limits when they refuse an entry.
         self._mutex = Mutex._with_queue(
-            concurrent, WaitQueue(max_queue, "Limiter queue limit (max_queue) reached"))
+            concurrent, WaitQueue(max_queue, "Limiter queue limit (max_queue) reached"), name,
+            what)
         self._throttle = Throttle._with_queue(
-            rate, period_ms, WaitQueue(burst, "Limiter rate queue limit (burst) reached"))
+            rate, period_ms, WaitQueue(burst, "Limiter rate queue limit (burst) reached"), name,
+            f"{what} (rate)")
 
     # -- ISync ------------------------------------------------------------------------------------
 

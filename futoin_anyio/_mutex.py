@@ -4,19 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from threading import get_ident
+from time import monotonic
 from types import TracebackType
 from typing import Any, final
 
 from anyio import Event
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
+from . import _instrument as _ins
+from ._flow import _Flow
 from ._hooks import flow_key, go_on_with, on_exit
 from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
+    check_name,
     check_queue,
     check_section,
     enter_thread,
+    label,
     lazy_binary,
     task_key,
 )
@@ -52,7 +57,10 @@ class _Entry:
     cloned model run it again, a fresh copy runs instead.
     """
 
-    __slots__ = ("args", "asi", "func", "item", "key", "mutex", "onerror", "state")
+    # ``since``: when it began to wait (set only then, for the flow dump).
+    __slots__ = ("args", "asi", "func", "item", "key", "mutex", "onerror", "since", "state")
+
+    since: float
 
     def __init__(self, mutex: Mutex, func: StepFunc, onerror: ErrorHandler | None) -> None:
         self.mutex = mutex
@@ -71,6 +79,8 @@ class _Entry:
         on_exit(asi, _Entry.leave, entry)
         if mutex._acquire_nowait(key, asi._flow.driver._thread):  # type: ignore[union-attr]
             entry.state = HELD
+            if _ins.ACTIVE:
+                _ins.sync(asi._flow, "sync_entered", mutex._label)
             # Sub-steps start with no arguments: hand the incoming ones on to ``func``.
             if args:
                 asi.success_step(*args)
@@ -83,8 +93,12 @@ class _Entry:
         entry.asi = asi
         entry.args = args
         entry.state = QUEUED
+        if _ins.TIMES:  # for the flow dump (AnyIO's current_time() would cost a backend lookup)
+            entry.since = monotonic()
         queue.append(entry)
         asi.wait_external()
+        if _ins.ACTIVE:
+            _ins.sync(asi._flow, "sync_waiting", mutex._label)
 
     def leave(self) -> None:
         """The entry's step ended, however: leave the queue, or give the place back."""
@@ -95,6 +109,9 @@ class _Entry:
             self.mutex._queue.discard(self)
         elif state is HELD:
             self.mutex._release(self.key)
+            key = self.key
+            if _ins.ACTIVE and type(key) is _Flow:
+                _ins.sync(key, "sync_left", self.mutex._label)
 
     def __repr__(self) -> str:
         return f"<Mutex.sync {self.func!r} {state_name(self.state)}>"
@@ -136,25 +153,39 @@ class Mutex:
 
     :param max: how many flows may be inside at once (``>= 1``).
     :param max_queue: how many may wait (``>= 0``); ``None`` for no limit.
+    :param name: a name for people: the flow dump (:mod:`futoin_anyio.dump`) shows it.
     :raises TypeError: if an argument is not an ``int`` (or ``None`` for ``max_queue``).
     :raises ValueError: if ``max < 1`` or ``max_queue < 0``.
     """
 
-    __slots__ = ("__weakref__", "_held", "_max", "_owners", "_queue", "_thread")
+    __slots__ = ("__weakref__", "_held", "_label", "_max", "_name", "_owners", "_queue",
+                 "_thread")
 
-    def __init__(self, max: int = 1, max_queue: int | None = None) -> None:
+    def __init__(self, max: int = 1, max_queue: int | None = None, *,
+                 name: str | None = None) -> None:
+        name = check_name("Mutex", name)
         self._setup(check_count("Mutex", "max", max, 1),
                     WaitQueue(check_queue("Mutex", "max_queue", max_queue),
-                              "Mutex queue limit (max_queue) reached"))
+                              "Mutex queue limit (max_queue) reached"),
+                    name, label("Mutex", name))
 
     @classmethod
-    def _with_queue(cls, max: int, queue: WaitQueue[_Entry | _TaskWaiter]) -> Mutex:
+    def _with_queue(cls, max: int, queue: WaitQueue[_Entry | _TaskWaiter], name: str | None,
+                    what: str) -> Mutex:
         """A Mutex over a wait queue of the caller's (a Limiter names its own limit in it)."""
         self = cls.__new__(cls)
-        self._setup(max, queue)
+        self._setup(max, queue, name, what)
         return self
 
-    def _setup(self, max: int, queue: WaitQueue[_Entry | _TaskWaiter]) -> None:
+    @property
+    def name(self) -> str | None:
+        """The name given to the constructor (``None``: none)."""
+        return self._name
+
+    def _setup(self, max: int, queue: WaitQueue[_Entry | _TaskWaiter], name: str | None,
+               what: str) -> None:
+        self._name = name
+        self._label = what  # "Mutex 'x'", or the Limiter's: what the flow dump says
         self._max = max
         self._held = 0
         self._owners: dict[object, int] = {}
@@ -260,6 +291,8 @@ class Mutex:
                 if not go_on_with(asi, waiter.item, args):
                     waiter.state = DONE  # no longer waiting: about to be unwound or cancelled
                     continue
+                if _ins.ACTIVE:
+                    _ins.sync(asi._flow, "sync_entered", self._label)
             else:
                 waiter.event.set()
             waiter.state = HELD

@@ -9,6 +9,7 @@ from functools import partial
 from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
+from . import _instrument as _ins
 from ._flow import _Flow, _halt, _new_frame, _stop_coroutines
 from ._frame import (
     _NO_ARGS,
@@ -35,19 +36,21 @@ __all__ = ("ParallelSteps",)
 class ParallelSteps:
     """The object ``asi.parallel()`` returns: ``add()`` and ``sync()`` add branches."""
 
-    __slots__ = ("_branches", "_owner")
+    __slots__ = ("_branches", "_owner", "_results")
 
     _branches: list[tuple[StepFunc, ErrorHandler | None]]
     _owner: AsyncSteps
+    _results: str | None
 
     def __init__(self) -> None:
         raise TypeError("ParallelSteps is created by AsyncSteps.parallel()")
 
     @classmethod
-    def _create(cls, owner: AsyncSteps) -> ParallelSteps:
+    def _create(cls, owner: AsyncSteps, results: str | None = None) -> ParallelSteps:
         self: ParallelSteps = _new(cls)
         self._branches = []
         self._owner = owner
+        self._results = results
         return self
 
     def add(self, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
@@ -75,12 +78,17 @@ class ParallelSteps:
 
     def _run(self, asi: AsyncSteps, *args: Any) -> None:
         branches = self._branches
+        results = self._results
         if not branches:
+            if results is not None:
+                asi.state[results] = []
+                asi.success([])
             return
         flow = asi._flow
         assert flow is not None
         driver = flow.driver
         run = _ParallelRun(asi, len(branches))
+        run.results = results
         ext = asi._ext = _Ext()
         ext.waiting = True
         ext.par = run
@@ -98,13 +106,15 @@ class ParallelSteps:
 class _ParallelRun:
     """One execution of a parallel step: its branch flows, joined by a counter."""
 
-    __slots__ = ("flows", "frame", "over", "remaining")
+    __slots__ = ("flows", "frame", "over", "remaining", "results")
 
     def __init__(self, frame: AsyncSteps, count: int) -> None:
         self.frame = frame
         self.flows: list[_Flow] = []
         self.remaining = count
         self.over = False  # completed, or its branches are stopped
+        #: ``parallel(results=key)``: the state key of the branches' results.
+        self.results: str | None = None
 
     def branch_done(self) -> None:
         self.remaining -= 1
@@ -118,7 +128,16 @@ class _ParallelRun:
         frame._status = DONE
         flow.stack.pop()
         _end_ext(frame)
-        flow.args = _NO_ARGS
+        key = self.results
+        if key is None:
+            flow.args = _NO_ARGS
+        else:
+            # Each branch's last success() arguments, as promise() gives them, in add() order
+            # (a finished branch keeps its ``args``): in the state for FTN12 code, and as the
+            # parallel step's one success argument.
+            values = [_as_result(branch.args) for branch in self.flows]
+            frame.state[key] = values
+            flow.args = (values,)
         flow.driver._schedule(flow)
 
     def branch_failed(self, failed: _Flow, code: str) -> None:
@@ -129,12 +148,14 @@ class _ParallelRun:
         assert parent is not None
         # A loop signal carries its label out of the branch that raised it.
         label = failed.loop_label
-        if self.stop_branches(failed, partial(parent._resume_unwind, code, label)):
+        if self.stop_branches(failed, partial(parent._resume_unwind, code, label),
+                              f"sibling branch failed with {code}"):
             frame._status = FAILING  # not completable while its branches' coroutines end
         else:
             _unwind_later(parent, code, label)
 
-    def stop_branches(self, failed: _Flow | None, then: Callable[[], None]) -> bool:
+    def stop_branches(self, failed: _Flow | None, then: Callable[[], None],
+                      reason: str) -> bool:
         """Cancel every live branch but ``failed``: each one's cancel handlers run, innermost
         first, once the coroutines in it have ended (so a section it holds is left only then).
 
@@ -144,12 +165,15 @@ class _ParallelRun:
         if self.over:
             return False
         self.over = True
+        if _ins.ACTIVE:
+            _ins.cancelled(self.frame._flow, reason)  # type: ignore[arg-type]
         halted: list[_Flow] = []
         driver = self.frame._flow.driver  # type: ignore[union-attr]
         for flow in self.flows:
             if flow is failed or flow.finished:
                 continue
-            if _stop_coroutines(flow):
+            flow.cancel_reason = reason
+            if _stop_coroutines(flow, reason):
                 _halt(flow)
                 halted.append(flow)
                 driver._join([flow], flow._cancel_frames)
@@ -160,13 +184,24 @@ class _ParallelRun:
         driver._join(halted, then)
         return True
 
-    def cancel_branches(self) -> None:
+    def cancel_branches(self, reason: str) -> None:
         """Cancel every live branch without waiting (the whole root is being cancelled)."""
         if self.over:
             return
         self.over = True
         for flow in self.flows:
+            if not flow.finished:
+                flow.cancel_reason = reason
             flow._cancel()
+
+
+def _as_result(args: tuple[Any, ...]) -> Any:
+    """Success arguments as ``promise()`` returns them: none, the value, or the tuple."""
+    if type(args) is not tuple:  # values from C
+        args = tuple(args)
+    if not args:
+        return None
+    return args[0] if len(args) == 1 else args
 
 
 _unwinding = threading.local()

@@ -15,12 +15,14 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from inspect import CORO_CREATED, getcoroutinestate, isawaitable, iscoroutine
 from threading import get_ident
+from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from anyio.lowlevel import cancel_shielded_checkpoint as _cancel_shielded_checkpoint
 from anyio.lowlevel import checkpoint_if_cancelled as _checkpoint_if_cancelled
 
 from . import _flow as _runner
+from . import _instrument as _ins
 from ._driver import _EMPTY, BURST
 from ._errors import Errors, FutoInError
 from ._flow import _Flow, _flow_deadline
@@ -47,7 +49,16 @@ from ._loops import _FOR_EACH, _LOOP, _REPEAT, _Loop
 from ._parallel import ParallelSteps
 from ._state import State, fresh_state
 from ._tool import AsyncTool, _check_ms, current_tool
-from ._types import CancelHandler, ErrorHandler, ISync, StepFunc, _Item
+from ._types import (
+    CancelHandler,
+    ErrorHandler,
+    ForEachFunc,
+    ISync,
+    LoopFunc,
+    RepeatFunc,
+    StepFunc,
+    _Item,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -122,6 +133,7 @@ class AsyncSteps:
     _queue: list[_Item] | None
     _onerror: ErrorHandler | None
     _ext: _Ext | None
+    # A step's callback; a root has none, and keeps there the name it was given (or None).
     _func: object
     _status: int
     _tool: AsyncTool | None
@@ -130,7 +142,7 @@ class AsyncSteps:
     _binary: Any
 
     def __init__(self, state: Mapping[str, Any] | None = None,
-                 tool: AsyncTool | None = None) -> None:
+                 tool: AsyncTool | None = None, *, name: str | None = None) -> None:
         if state is None:
             self._state = None
         elif isinstance(state, State):
@@ -141,13 +153,15 @@ class AsyncSteps:
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
         if tool is not None and type(tool) is not AsyncTool:
             raise TypeError(f"tool must be an AsyncTool, got {type(tool).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
         self._tool = tool
         self._flow = None
         self._parent = None
         self._queue = None
         self._onerror = None
         self._ext = None
-        self._func = None
+        self._func = name  # a root's name for people (the flow dump, instruments)
         self._binary = None
         self._started = False
         self._status = MODEL
@@ -192,14 +206,21 @@ class AsyncSteps:
         q.append(func if onerror is None else (func, onerror))
         return self
 
-    def parallel(self, onerror: ErrorHandler | None = None) -> ParallelSteps:
+    def parallel(self, onerror: ErrorHandler | None = None, *,
+                 results: str | None = None) -> ParallelSteps:
         """Add a parallel step; ``add()`` branches to the returned object.
 
         Each branch is a separate flow sharing this root's state. The next step runs when every
         branch has completed; the first branch error cancels the other branches and reaches
-        ``onerror``. The parallel step succeeds with no arguments. Threads: as :meth:`add`.
+        ``onerror``. The parallel step succeeds with no arguments; with ``results=key``, it
+        succeeds with one: the list of each branch's result (its last ``success()`` arguments
+        as ``promise()`` returns them: ``None``, the value, or a tuple), in the order the branches
+        were added, also stored as ``state[key]``. Threads: as :meth:`add`.
         """
-        par = ParallelSteps._create(self)
+        if results is not None and not isinstance(results, str):
+            raise TypeError(f"parallel(): results must be a str (a state key), got "
+                            f"{type(results).__name__}")
+        par = ParallelSteps._create(self, results)
         self.add(par._run, onerror)
         return par
 
@@ -263,6 +284,7 @@ class AsyncSteps:
         if self._status is not MODEL:
             _internal("clone(): only a root that has not been executed can be cloned")
         copy = AsyncSteps(State(self.state), self._tool)
+        copy._func = self._func  # its name
         if self._queue:
             copy._queue = list(self._queue)
         return copy
@@ -281,13 +303,22 @@ class AsyncSteps:
         return st is not DONE and st is not SUBSTEPS and st is not FAILING
 
     @property
-    def tool(self) -> AsyncTool | None:
-        """The AsyncTool this step runs in (for a model root: the one given, if any). Any
-        thread."""
+    def tool(self) -> AsyncTool:
+        """The AsyncTool this step runs in. Any thread.
+
+        Inside a step it is always there: the root's AsyncTool, or the private one of
+        ``promise()``. A root that has not run yet has only the ``tool=`` it was given (or that
+        ``execute()`` chose); without one, reading it raises ``FutoInError`` (``InternalError``)
+        rather than return ``None``, so typed code never has a ``None`` to assert away.
+        """
         flow = self._flow
         if flow is not None:
             return flow.driver
-        return self._tool
+        tool = self._tool
+        if tool is None:
+            _internal("tool: this root has not run and was given no tool= (a step's asi.tool "
+                      "is always set)")
+        return tool
 
     # -- execution API (§2.2.2) -----------------------------------------------------------------
 
@@ -346,7 +377,7 @@ class AsyncSteps:
             _end_ext(self)
         flow.driver._schedule(flow)
 
-    def error(self, code: str, info: Any = None) -> None:
+    def error(self, code: str, info: Any = None) -> NoReturn:
         """Fail this step with error ``code``; ``info`` goes to ``state.error_info``. Raises.
 
         Threads: as :meth:`success` (from another thread, it raises there too)."""
@@ -386,7 +417,7 @@ class AsyncSteps:
         state.error_info = exc.info
         state.last_exception = exc
         if flow.driver._current is None:
-            flow.throw(exc.code)
+            flow.throw(exc.code, f"error({exc.code!r}) of the waiting step")
         else:
             # A step of this driver is running: unwind when it is done, never re-entrantly.
             self._status = FAILING  # still the top frame, no longer completable from outside
@@ -411,7 +442,7 @@ class AsyncSteps:
         flow = self._flow
         assert flow is not None
         driver = flow.driver
-        ext.timer, ext.deadline = driver._call_timeout(delay, self)
+        ext.timer, ext.deadline = driver._call_timeout(delay, self, timeout_ms)
         scope = driver._inline_scope
         if scope is not None and driver._main is flow:
             # The flow's coroutine steps are awaited inline: their shared scope has the flow's
@@ -481,11 +512,11 @@ class AsyncSteps:
 
     # -- loops (§2.2.4) -----------------------------------------------------------------------
 
-    def loop(self, func: StepFunc, label: str | None = None) -> Self:
+    def loop(self, func: LoopFunc, label: str | None = None) -> Self:
         """Call ``func(asi)`` until ``break_loop()``. Threads: as :meth:`add`."""
         return self._add_loop(_LOOP, func, label, None)
 
-    def repeat(self, count: int, func: StepFunc, label: str | None = None) -> Self:
+    def repeat(self, count: int, func: RepeatFunc, label: str | None = None) -> Self:
         """Call ``func(asi, i)`` for ``i`` in ``range(count)``. Threads: as :meth:`add`."""
         if isinstance(count, bool) or not isinstance(count, int):
             raise TypeError(f"repeat(): count must be an int, got {type(count).__name__}")
@@ -493,7 +524,7 @@ class AsyncSteps:
             raise ValueError(f"repeat(): count must be >= 0, got {count}")
         return self._add_loop(_REPEAT, func, label, count)
 
-    def for_each(self, collection: Mapping[Any, Any] | Iterable[Any], func: StepFunc,
+    def for_each(self, collection: Mapping[Any, Any] | Iterable[Any], func: ForEachFunc,
                  label: str | None = None) -> Self:
         """Call ``func(asi, key, value)`` for each mapping item, or each index and list item.
 
@@ -510,17 +541,17 @@ class AsyncSteps:
             raise TypeError(f"loop label must be a str, got {type(label).__name__}")
         return self.add(_Loop(kind, func, label, data))
 
-    def break_loop(self, label: str | None = None) -> None:
+    def break_loop(self, label: str | None = None) -> NoReturn:
         """Leave the innermost loop, or the one named ``label``. Raises. Loop thread."""
         self._loop_signal(Errors.LoopBreak, label)
 
-    def continue_loop(self, label: str | None = None) -> None:
+    def continue_loop(self, label: str | None = None) -> NoReturn:
         """Go on with the next iteration of the innermost loop, or of ``label``. Raises.
 
         Loop thread."""
         self._loop_signal(Errors.LoopCont, label)
 
-    def _loop_signal(self, code: str, label: str | None) -> None:
+    def _loop_signal(self, code: str, label: str | None) -> NoReturn:
         st = self._status
         if st is not EXEC and st is not HANDLER and st is not CORO:
             self._misuse("break_loop()" if code == Errors.LoopBreak else "continue_loop()")
@@ -564,6 +595,8 @@ class AsyncSteps:
         if ready is _EMPTY:
             ready = tool._ready = deque()
         ready.append(self)
+        if _ins.ACTIVE:
+            _ins.started(self, tool, False)
         if tool._sleep_scope is not None or tool._inline is not None:
             tool._wake()
 
@@ -581,7 +614,10 @@ class AsyncSteps:
         flow.on_unhandled = self._unhandled
         flow.executed = True
         tool._current = flow
-        return flow.run(budget)
+        budget = flow.run(budget)
+        if _ins.TIMES and not flow.finished:
+            flow.since = _monotonic()  # for the flow dump: the root waits (or yields)
+        return budget
 
     @staticmethod
     def _no_tool(tool: AsyncTool | None) -> NoReturn:
@@ -625,6 +661,8 @@ class AsyncSteps:
             finally:
                 driver._current = None
             if not flow.finished:
+                if _ins.TIMES:
+                    flow.since = _monotonic()  # for the flow dump: the root waits
                 if driver._inline_next is not None and driver._fatal is None \
                         and not driver._need_tg:
                     # The usual case (an async def step reached): no _loop() frame in between.
@@ -633,12 +671,15 @@ class AsyncSteps:
                     await driver._loop(flow)
                 if driver._needs_task_group():
                     await driver._drive(flow)
-        except BaseException:
+        except BaseException as exc:
             if driver._raw_tasks:  # their coroutines end first, as a task group's would
                 await driver._join_raw_tasks(cancel=True)
             flow.abort()
             driver._cancel_all()
             driver._main = None
+            if _ins.ACTIVE:
+                _ins.cancelled(flow, f"promise() is left by {type(exc).__name__}")
+                _ins.ended(self, driver, Errors.Cancelled)
             raise
         if driver._raw_tasks:  # coroutines of roots executed into this driver: they end first
             await driver._join_raw_tasks(cancel=True)
@@ -665,26 +706,38 @@ class AsyncSteps:
                     await sys.modules["trio"].lowlevel.cancel_shielded_checkpoint()
                 else:
                     await _cancel_shielded_checkpoint()
+        if _ins.ACTIVE:
+            _ins.ended(self, driver, flow.result_code)
         return flow.outcome()
 
-    def cancel(self) -> None:
+    def cancel(self, reason: str | None = None) -> None:
         """Cancel this root: cancel handlers run, innermost first; no error handler runs.
 
         Called from one of the root's own steps, it takes effect when that step returns. Any
         thread: from another one, the cancellation is handed to the loop's thread and happens
         there soon after (the call returns at once).
+
+        ``reason`` (default ``"root.cancel()"``) is what the cancel scopes of the root's running
+        coroutine steps are cancelled with (trio's ``Cancelled.reason``, AnyIO's), and the end of
+        the ``Cancelled`` error's info.
         """
         if self._parent is not None:
             _internal("cancel() can only be called on a root AsyncSteps, not on a step")
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"cancel(): reason must be a str, got {type(reason).__name__}")
         flow = self._flow
         tool = flow.driver if flow is not None else self._tool
         if tool is not None and tool._thread is not None and get_ident() != tool._thread:
             if not tool._exited:
-                tool._from_thread(self.cancel)
+                tool._from_thread(self.cancel, reason)
             return
+        if _ins.ACTIVE and flow is not None and not flow.finished:
+            _ins.cancelled(flow, "root.cancel()" if reason is None else reason)
         if flow is None:
             if self._status is ROOT and self._tool is not None:  # executed, not started yet
                 self._tool._roots.discard(self)
+                if _ins.ACTIVE:
+                    _ins.ended(self, self._tool, Errors.Cancelled)
             self._status = DONE  # nothing ran: nothing to cancel, and it will not run
             return
         if flow.finished:
@@ -694,9 +747,9 @@ class AsyncSteps:
         if current is not None and current.root is self:
             # A step or handler of this root is running: never unwind under its feet.
             current.interrupt = True
-            driver._soon(flow.cancel_root)
+            driver._soon(flow.cancel_root, True, reason)
         else:
-            flow.cancel_root()
+            flow.cancel_root(True, reason)
 
     # -- binary interface hooks (§2.7) --------------------------------------------------------
 
@@ -724,6 +777,8 @@ class AsyncSteps:
             _internal(f"{what}: this root was already started")
 
     def _start(self, driver: AsyncTool) -> _Flow:
+        if _ins.ACTIVE:  # in the caller's context, before anything of the root runs
+            _ins.started(self, driver, True)
         if self._queue:
             self._queue.reverse()
         flow = _Flow(driver, self, [self], None)

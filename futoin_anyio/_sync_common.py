@@ -34,6 +34,18 @@ def check_count(owner: str, name: str, value: object, minimum: int) -> int:
     return value
 
 
+def check_name(owner: str, name: object) -> str | None:
+    """A primitive's optional name (shown by the flow dump and ``repr()``)."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"{owner}: name must be a str, got {type(name).__name__}")
+    return name
+
+
+def label(kind: str, name: str | None) -> str:
+    """``Limiter 'db'``: how the flow dump names a primitive."""
+    return kind if name is None else f"{kind} {name!r}"
+
+
 def check_queue(owner: str, name: str, value: object) -> int | None:
     """A queue limit: ``None`` (unlimited) or an ``int >= 0``."""
     if value is None:

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from threading import get_ident
+from time import monotonic
 from types import TracebackType
 from typing import Any, final
 
 from anyio import Event, current_time, move_on_at
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
+from . import _instrument as _ins
 from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
+    check_name,
     check_period,
     check_queue,
     check_section,
     enter_thread,
+    label,
     lazy_binary,
 )
 from ._tool import Handle
@@ -52,7 +56,10 @@ class ThrottleStatistics:
 class _Waiter:
     """A flow or task waiting for a later period."""
 
-    __slots__ = ("args", "asi", "event", "period_end", "state", "throttle")
+    # ``since``: when it began to wait (set only then, for the flow dump).
+    __slots__ = ("args", "asi", "event", "period_end", "since", "state", "throttle")
+
+    since: float
 
     def __init__(self, throttle: Throttle) -> None:
         self.throttle = throttle
@@ -75,7 +82,11 @@ class _Waiter:
         self.asi = asi
         self.args = args
         self.state = QUEUED
+        if _ins.TIMES:  # for the flow dump (AnyIO's current_time() would cost a backend lookup)
+            self.since = monotonic()
         queue.append(self)
+        if _ins.ACTIVE:
+            _ins.sync(asi._flow, "sync_waiting", throttle._label)
         asi.set_cancel(self.abandon)
         asi.wait_external()
         throttle._sync_timer()
@@ -136,6 +147,7 @@ class Throttle:
     :param max: entries per period (``>= 1``).
     :param period_ms: the period in milliseconds (``> 0``).
     :param max_queue: how many may wait (``>= 0``); ``None`` for no limit.
+    :param name: a name for people: the flow dump (:mod:`futoin_anyio.dump`) shows it.
     :raises TypeError: if a count is not an ``int`` or the period not a number.
     :raises ValueError: if ``max < 1``, ``period_ms <= 0`` or ``max_queue < 0``.
     """
@@ -143,7 +155,9 @@ class Throttle:
     __slots__ = (
         "__weakref__",
         "_count",
+        "_label",
         "_max",
+        "_name",
         "_period",
         "_period_end",
         "_period_ms",
@@ -154,20 +168,31 @@ class Throttle:
     )
 
     def __init__(self, max: int, period_ms: float = 1000,
-                 max_queue: int | None = None) -> None:
+                 max_queue: int | None = None, *, name: str | None = None) -> None:
+        name = check_name("Throttle", name)
         self._setup(check_count("Throttle", "max", max, 1),
                     check_period("Throttle", "period_ms", period_ms),
                     WaitQueue(check_queue("Throttle", "max_queue", max_queue),
-                              "Throttle queue limit (max_queue) reached"))
+                              "Throttle queue limit (max_queue) reached"),
+                    name, label("Throttle", name))
 
     @classmethod
-    def _with_queue(cls, max: int, period_ms: float, queue: WaitQueue[_Waiter]) -> Throttle:
+    def _with_queue(cls, max: int, period_ms: float, queue: WaitQueue[_Waiter],
+                    name: str | None, what: str) -> Throttle:
         """A Throttle over a wait queue of the caller's (a Limiter names its own limit in it)."""
         self = cls.__new__(cls)
-        self._setup(max, period_ms, queue)
+        self._setup(max, period_ms, queue, name, what)
         return self
 
-    def _setup(self, max: int, period_ms: float, queue: WaitQueue[_Waiter]) -> None:
+    @property
+    def name(self) -> str | None:
+        """The name given to the constructor (``None``: none)."""
+        return self._name
+
+    def _setup(self, max: int, period_ms: float, queue: WaitQueue[_Waiter], name: str | None,
+               what: str) -> None:
+        self._name = name
+        self._label = what  # "Throttle 'x'", or the Limiter's rate: what the flow dump says
         self._max = max
         self._period_ms = period_ms
         self._period = period_ms / 1000.0

@@ -36,6 +36,9 @@ import anyio
 from . import AsyncSteps, AsyncTool
 from ._types import CancelHandler, ErrorHandler, StepFunc
 
+#: A test function of :func:`as_test`: a step, or a method taking ``(self, asi, ...)``.
+_TestStep: TypeAlias = Callable[..., object]
+
 __all__ = ("BACKENDS", "Trace", "as_test", "backend", "expect_error")
 
 #: What :func:`as_test` returns: an async test function for pytest.
@@ -94,22 +97,22 @@ def expect_error(code: str, info: object = ...) -> ErrorHandler:
 
 
 @overload
-def as_test(func: StepFunc, /) -> AsyncTestFunc: ...
+def as_test(func: _TestStep, /) -> AsyncTestFunc: ...
 
 
 @overload
 def as_test(
     *, onerror: ErrorHandler | None = None, timeout: float | None = DEFAULT_TIMEOUT
-) -> Callable[[StepFunc], AsyncTestFunc]: ...
+) -> Callable[[_TestStep], AsyncTestFunc]: ...
 
 
 def as_test(
-    func: StepFunc | None = None,
+    func: _TestStep | None = None,
     /,
     *,
     onerror: ErrorHandler | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
-) -> AsyncTestFunc | Callable[[StepFunc], AsyncTestFunc]:
+) -> AsyncTestFunc | Callable[[_TestStep], AsyncTestFunc]:
     """Turn a step into a pytest test that runs it as an AsyncSteps flow.
 
     The decorated function is a step: ``def test_x(asi, ...)`` (or ``async
@@ -132,7 +135,7 @@ def as_test(
         the flow is cancelled and :exc:`TimeoutError` raised when it expires.
     """
 
-    def decorate(step: StepFunc) -> AsyncTestFunc:
+    def decorate(step: _TestStep) -> AsyncTestFunc:
         signature = inspect.signature(step)
         params = list(signature.parameters.values())
         method = bool(params) and params[0].name == "self"

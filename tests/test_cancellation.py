@@ -98,7 +98,7 @@ async def test_error_unwinds_cancel_then_error_handler_per_level() -> None:
 
         def inner(asi: AsyncSteps) -> None:
             asi.set_cancel(lambda asi: log.append("inner cancel"))
-            asi.tool.immediate(lambda: _ignore(asi.error, "E2"))  # type: ignore[union-attr]
+            asi.tool.immediate(lambda: _ignore(asi.error, "E2"))
 
         asi.add(inner, lambda asi, e: log.append(f"inner onerror {e}"))
 
@@ -140,7 +140,7 @@ async def test_parallel_failure_cancels_siblings_then_parallel_onerror() -> None
 
         def b2(asi: AsyncSteps) -> None:
             def b2_inner(asi: AsyncSteps) -> None:
-                asi.tool.immediate(lambda: _ignore(asi.error, "BE"))  # type: ignore[union-attr]
+                asi.tool.immediate(lambda: _ignore(asi.error, "BE"))
                 asi.set_cancel(lambda asi: log.append("b2 inner cancel"))
 
             asi.add(b2_inner, lambda asi, e: log.append(f"b2 inner onerror {e}"))

@@ -27,6 +27,8 @@ differ or the reference has a bug; each such rule is applied by the translator (
   step's own object to the handler, so the late call hits its sanity check (InternalError).
 * R7 a break/continue whose label no loop has ends the root with ``error_info`` naming that label
   (the reference leaves it empty): not compared either (:func:`fuzz.interp.norm_info`).
+* R8 a ``Timeout``'s ``error_info`` names the limit and the timed step (issue 26; the reference
+  leaves it empty): not compared either (:func:`fuzz.interp.norm_info`).
 
 Programs whose trace depends on how an implementation orders events due at the same virtual
 instant are run on JS but not compared (counted in the statistics):

@@ -42,7 +42,7 @@ async def test_timeout_unwinds_from_innermost_step() -> None:
 async def test_success_before_timeout_cancels_the_timer() -> None:
     def step(asi: AsyncSteps) -> None:
         asi.set_timeout(1000)
-        asi.tool.deferred(10, lambda: asi.success("in time"))  # type: ignore[union-attr]
+        asi.tool.deferred(10, lambda: asi.success("in time"))
 
     asi = AsyncSteps()
     asi.add(step)
@@ -53,7 +53,7 @@ async def test_set_timeout_again_replaces_the_limit() -> None:
     def step(asi: AsyncSteps) -> None:
         asi.set_timeout(5)
         asi.set_timeout(100)
-        asi.tool.deferred(20, lambda: asi.success("late but allowed"))  # type: ignore[union-attr]
+        asi.tool.deferred(20, lambda: asi.success("late but allowed"))
 
     asi = AsyncSteps()
     asi.add(step)
@@ -156,7 +156,7 @@ async def test_recovering_from_an_outer_timeout_ends_that_deadline(then: str) ->
 
     def wait_150ms(asi: AsyncSteps) -> None:
         asi.wait_external()
-        asi.tool.deferred(150, lambda: asi.success("late"))  # type: ignore[union-attr]
+        asi.tool.deferred(150, lambda: asi.success("late"))
 
     async def sleep_150ms(asi: AsyncSteps) -> str:
         await anyio.sleep(0.15)

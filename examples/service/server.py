@@ -29,13 +29,14 @@ import functools
 import inspect
 import logging
 import random
+import signal
 from collections import Counter
 from typing import Any
 
 import anyio
 from anyio.abc import SocketStream
 
-from futoin_anyio import AsyncSteps, FutoInError, Limiter
+from futoin_anyio import AsyncSteps, FutoInError, Limiter, dump
 
 from .protocol import DISCONNECTED, LineStream
 
@@ -128,7 +129,8 @@ class Server:
     ) -> None:
         rng = random.Random(seed)
         self.limiter = limiter or Limiter(
-            concurrent=concurrent, max_queue=max_queue, rate=rate, period_ms=period_ms, burst=burst
+            concurrent=concurrent, max_queue=max_queue, rate=rate, period_ms=period_ms, burst=burst,
+            name="demo-service",
         )
         self.users = SimulatedBackend("users", rng, typical_ms=users_ms, slow_ratio=slow_ratio)
         self.orders = SimulatedBackend("orders", rng, typical_ms=orders_ms, slow_ratio=slow_ratio)
@@ -289,6 +291,9 @@ async def serve(port: int, host: str = "127.0.0.1", redis_port: int | None = Non
 async def _serve(server: Server, port: int, host: str, reuse_port: bool) -> None:
     listener = await anyio.create_tcp_listener(local_host=host, local_port=port,
                                                reuse_port=reuse_port)
+    if hasattr(signal, "SIGUSR1"):
+        # kill -USR1 <pid> writes the flow dump; `python -m futoin_anyio.dump <pid>` prints it.
+        dump.install_signal_handler()
     print(f"serving on {host}:{port}", flush=True)
     async with listener:
         await listener.serve(server.handle)

@@ -474,7 +474,9 @@ _HTOOL = lib.ftnpy_htool_ptr()
 
 
 def _tool_of(b: _Binding) -> Any:
-    tool = _root_of(b).tool
+    root = _root_of(b)
+    flow = root._flow
+    tool = flow.driver if flow is not None else root._tool
     if tool is None:
         raise _Misuse("this AsyncSteps has no AsyncTool to schedule on")
     return tool

@@ -14,6 +14,7 @@ from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from .._errors import Errors, FutoInError
 from .._hooks import flow_key, go_on_with, on_exit
+from .._reasons import cancel_scope
 from .._steps import AsyncSteps
 from .._sync_common import (
     check_count,
@@ -182,7 +183,8 @@ class _Entry:
             self.asi = None
             scope = self.scope
             if scope is not None:
-                scope.cancel()  # the waiting task leaves the shared queue
+                # The waiting task leaves the shared queue.
+                cancel_scope(scope, "the waiting flow left the queue (cancelled or failed)")
         elif state is HELD:
             self.prim._leave(self.key)
 

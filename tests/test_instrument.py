@@ -1,0 +1,276 @@
+"""Instruments and OpenTelemetry spans (issue 26, part D)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+from futoin_anyio import (
+    AsyncSteps,
+    AsyncTool,
+    Errors,
+    FutoInError,
+    Instrument,
+    Limiter,
+    add_instrument,
+    remove_instrument,
+)
+from futoin_anyio import _instrument as engine_side
+from futoin_anyio.testing import BACKENDS, backend
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=BACKENDS)
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    return backend(request.param, autojump_clock=True)
+
+
+class Recorder(Instrument):
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def root_started(self, root: AsyncSteps, name: str, awaited: bool) -> None:
+        self.events.append(("started", name.rpartition(".")[2], awaited))
+
+    def root_ended(self, root: AsyncSteps, outcome: str | None) -> None:
+        self.events.append(("ended", outcome))
+
+    def step_failed(self, root: AsyncSteps, step: str, code: str, info: Any) -> None:
+        self.events.append(("failed", step.rpartition(".")[2], code))
+
+    def cancelled(self, root: AsyncSteps, reason: str) -> None:
+        self.events.append(("cancelled", reason))
+
+    def timed_out(self, root: AsyncSteps, info: str) -> None:
+        self.events.append(("timeout", info.rpartition(".")[2]))
+
+    def sync_waiting(self, root: AsyncSteps, what: str) -> None:
+        self.events.append(("wait", what))
+
+    def sync_entered(self, root: AsyncSteps, what: str) -> None:
+        self.events.append(("enter", what))
+
+    def sync_left(self, root: AsyncSteps, what: str) -> None:
+        self.events.append(("leave", what))
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    rec = Recorder()
+    add_instrument(rec)
+    yield rec
+    remove_instrument(rec)
+    assert not engine_side.ACTIVE
+
+
+async def test_nothing_is_called_without_instruments() -> None:
+    assert not engine_side.ACTIVE
+    root = AsyncSteps()
+    root.add(lambda asi: asi.success(1))
+    assert await root.promise() == 1
+
+
+async def test_root_error_timeout_and_sync(recorder: Recorder) -> None:
+    limiter = Limiter(concurrent=1, max_queue=5, name="db")
+
+    def first(asi: AsyncSteps) -> None:
+        asi.sync(limiter, lambda asi: None)
+
+    def timed(asi: AsyncSteps) -> None:
+        asi.set_timeout(10)
+        asi.wait_external()
+
+    root = AsyncSteps()
+    root.add(first)
+    root.add(timed, lambda asi, code: asi.success())
+    root.add(lambda asi: asi.error(Errors.NotFound if hasattr(Errors, "NotFound") else "NotFound"))
+    with pytest.raises(FutoInError):
+        await root.promise()
+    assert recorder.events == [
+        ("started", "first", True),
+        ("enter", "Limiter 'db'"),
+        ("leave", "Limiter 'db'"),
+        ("timeout", "timed"),
+        ("failed", "timed", Errors.Timeout),
+        ("failed", "<lambda>", "NotFound"),
+        ("ended", "NotFound"),
+    ]
+
+
+async def test_queue_wait_sibling_cancel_and_execute(recorder: Recorder) -> None:
+    limiter = Limiter(concurrent=1, max_queue=5, name="db")
+
+    async def slow(asi: AsyncSteps) -> None:
+        await anyio.sleep(1)
+
+    async def fails(asi: AsyncSteps) -> None:
+        await anyio.sleep(0.5)
+        asi.error("NotFound")
+
+    async with AsyncTool() as tool:
+        for _ in range(2):
+            root = AsyncSteps(tool=tool)
+            root.add(lambda asi: asi.sync(limiter, slow))
+            root.execute()
+        failing = AsyncSteps(tool=tool)
+        failing.add(lambda asi: asi.parallel().add(slow).add(fails))
+        failing.execute(lambda code: None)
+    events = recorder.events
+    assert events.count(("started", "<lambda>", False)) == 3
+    assert ("wait", "Limiter 'db'") in events
+    assert events.count(("enter", "Limiter 'db'")) == 2
+    assert events.count(("leave", "Limiter 'db'")) == 2
+    assert ("cancelled", "sibling branch failed with NotFound") in events
+    assert events.count(("ended", None)) == 2
+    assert ("ended", "NotFound") in events
+
+
+async def test_cancel_and_outer_cancellation(recorder: Recorder) -> None:
+    root = AsyncSteps()
+    root.add(lambda asi: asi.wait_external())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_swallow, root)
+        await anyio.sleep(0.01)
+        root.cancel("client went away")
+    with anyio.CancelScope() as scope:
+        other = AsyncSteps()
+        other.add(lambda asi: asi.wait_external())
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other.promise)
+            await anyio.sleep(0.01)
+            scope.cancel()
+    assert recorder.events[:3] == [("started", "<lambda>", True),
+                                   ("cancelled", "client went away"),
+                                   ("ended", Errors.Cancelled)]
+    assert recorder.events[3][0] == "started"
+    assert recorder.events[4][0] == "cancelled"
+    assert recorder.events[4][1].startswith("promise() is left by ")
+    assert recorder.events[5] == ("ended", Errors.Cancelled)
+
+
+async def test_per_tool_instruments_and_a_failing_instrument(
+        caplog: pytest.LogCaptureFixture) -> None:
+    rec = Recorder()
+
+    class Broken(Instrument):
+        def root_started(self, root: AsyncSteps, name: str, awaited: bool) -> None:
+            raise RuntimeError("broken")
+
+    broken = Broken()
+    async with AsyncTool() as tool:
+        add_instrument(rec, tool=tool)
+        add_instrument(broken, tool=tool)
+        assert engine_side.ACTIVE
+        root = AsyncSteps(tool=tool)
+        root.add(lambda asi: None)
+        root.execute()
+        plain = AsyncSteps()  # a promise() root: not this tool's
+        plain.add(lambda asi: None)
+        await plain.promise()
+    assert rec.events == [("started", "<lambda>", False), ("ended", None)]
+    assert "instrument" in caplog.text and "broken" in caplog.text
+    remove_instrument(rec, tool=tool)
+    assert not engine_side.ACTIVE
+
+
+def test_bad_registration() -> None:
+    with pytest.raises(TypeError, match=r"instance of futoin_anyio\.Instrument"):
+        add_instrument(object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="tool must be an AsyncTool"):
+        add_instrument(Instrument(), tool=object())
+    assert not engine_side.ACTIVE
+
+
+# -- OpenTelemetry -------------------------------------------------------------------------------
+
+
+async def test_opentelemetry_spans() -> None:
+    pytest.importorskip("opentelemetry.sdk", reason="the otel extra's test needs opentelemetry-sdk")
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from futoin_anyio.otel import OpenTelemetryInstrument
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    instrument = OpenTelemetryInstrument(tracer_provider=provider)
+    add_instrument(instrument)
+    try:
+        attempts: list[int] = []
+
+        async def query(asi: AsyncSteps) -> None:
+            with tracer.start_as_current_span("db.query"):  # the user's own I/O span
+                await anyio.sleep(0.01)
+            attempts.append(1)
+            if len(attempts) == 1:
+                asi.error("CommError")
+
+        def retry(asi: AsyncSteps, code: str) -> None:
+            if code == "CommError" and len(attempts) == 1:
+                asi.add(query)  # one retry
+
+        async def lookup(asi: AsyncSteps) -> None:
+            await anyio.sleep(0.05)
+            asi.error("NotFound")
+
+        def handle_request(asi: AsyncSteps) -> None:
+            asi.add(query, retry)
+            asi.add(lambda asi: asi.parallel().add(lookup).add(query))
+
+        with tracer.start_as_current_span("request"):
+            root = AsyncSteps()
+            root.add(handle_request)
+            with pytest.raises(FutoInError, match="NotFound"):
+                await root.promise()
+            assert trace.get_current_span().get_span_context().span_id == (
+                exporter.get_finished_spans()[-1].parent.span_id)  # type: ignore[union-attr]
+
+            cancelled = AsyncSteps()
+            cancelled.add(lambda asi: asi.wait_external())
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_swallow, cancelled)
+                await anyio.sleep(0.01)
+                cancelled.cancel("client went away")
+
+        spans = {span.name: span for span in exporter.get_finished_spans()}
+        request = spans["request"]
+        root_span = spans["test_opentelemetry_spans.<locals>.handle_request"]
+        assert root_span.parent is not None
+        assert root_span.parent.span_id == request.context.span_id
+        queries = [s for s in exporter.get_finished_spans() if s.name == "db.query"]
+        assert len(queries) == 3  # the first attempt, the retry, the branch
+        assert all(q.parent is not None and q.parent.span_id == root_span.context.span_id
+                   for q in queries)
+        assert root_span.status.status_code is trace.StatusCode.ERROR
+        assert root_span.attributes is not None
+        assert root_span.attributes["futoin.outcome"] == "NotFound"
+        events = [(e.name, dict(e.attributes or {})) for e in root_span.events]
+        assert events[0][0] == "futoin.error"
+        assert events[0][1]["futoin.code"] == "CommError"
+        assert ("futoin.cancel", {"futoin.reason": "sibling branch failed with NotFound"}) \
+            in events
+        assert [e for e in events if e[0] == "futoin.error"][-1][1]["futoin.code"] == "NotFound"
+        cancel_span = next(s for s in exporter.get_finished_spans()
+                           if s.name.endswith("<lambda>"))
+        assert [(e.name, dict(e.attributes or {})) for e in cancel_span.events] == [
+            ("futoin.cancel", {"futoin.reason": "client went away"})]
+        assert cancel_span.attributes is not None
+        assert cancel_span.attributes["futoin.outcome"] == Errors.Cancelled
+        # Nothing is left current once the roots are over.
+        assert not trace.get_current_span().get_span_context().is_valid
+    finally:
+        remove_instrument(instrument)
+
+
+async def _swallow(root: AsyncSteps) -> None:
+    with contextlib.suppress(FutoInError):
+        await root.promise()
