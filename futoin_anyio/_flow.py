@@ -479,16 +479,16 @@ class _Flow:
             self.driver._schedule(self)
 
     def _cancel_frame(self, frame: AsyncSteps, code: str | None) -> str | None:
-        """A frame leaves the stack abnormally: cancel its branches, its coroutine, its timer;
-        call its cancel handler; run its cleanups. An exception in the cancel handler replaces
-        ``code`` while unwinding, and is logged while cancelling (``code`` is ``None``)."""
+        """A frame leaves the stack abnormally: drop its parallel run, cancel its coroutine and
+        its timer; call its cancel handler; run its cleanups. An exception in the cancel handler
+        replaces ``code`` while unwinding, and is logged while cancelling (``code`` is
+        ``None``)."""
         ext = frame._ext
         assert ext is not None
-        par = ext.par
-        if par is not None:
+        if ext.par is not None:
+            # The run is over by now: its branches were stopped by _unwind (or walked by
+            # _cancel_frames, which drops the run before the frame).
             ext.par = None
-            par.cancel_branches(flow_reason(
-                self, "the flow was cancelled" if code is None else f"step unwound by {code}"))
         scope = ext.scope
         if scope is not None:
             ext.scope = None

@@ -184,16 +184,6 @@ class _ParallelRun:
         driver._join(halted, then)
         return True
 
-    def cancel_branches(self, reason: str) -> None:
-        """Cancel every live branch without waiting (the whole root is being cancelled)."""
-        if self.over:
-            return
-        self.over = True
-        for flow in self.flows:
-            if not flow.finished:
-                flow.cancel_reason = reason
-            flow._cancel()
-
 
 def _as_result(args: tuple[Any, ...]) -> Any:
     """Success arguments as ``promise()`` returns them: none, the value, or the tuple."""
