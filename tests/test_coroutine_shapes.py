@@ -8,6 +8,7 @@ coroutines") and ``docs/semantics.rst``.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -200,7 +201,8 @@ async def test_section_left_after_coroutine_on_root_cancel(how: str) -> None:
             scope = anyio.CancelScope()
 
             async def run_first() -> None:
-                with scope, pytest.raises(FutoInError) if how == "cancel" else _nothing():
+                raises = pytest.raises(FutoInError) if how == "cancel" else contextlib.nullcontext()
+                with scope, raises:
                     await first.promise()
 
             tg.start_soon(run_first)
@@ -211,14 +213,6 @@ async def test_section_left_after_coroutine_on_root_cancel(how: str) -> None:
                 scope.cancel()
             await second.promise()
     assert probe.peak == 1
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 async def test_redis_mutex_section_left_after_its_coroutine(redis_server: Any) -> None:
@@ -235,6 +229,32 @@ async def test_redis_mutex_section_left_after_its_coroutine(redis_server: Any) -
         assert probe.peak == 1
 
 
+def _slow_to_cancel(cleaning: anyio.Event, log: list[str] | None = None,
+                    cancel_log: str | None = None) -> Callable[[AsyncSteps], Any]:
+    """An ``async def`` step that waits until cancelled, sets ``cleaning``, then cleans up for a
+    while (shielded); it logs ``A ends`` at its very end, and ``cancel_log`` from its cancel
+    handler."""
+
+    async def slow(asi: AsyncSteps) -> None:
+        if cancel_log is not None and log is not None:
+            asi.set_cancel(lambda asi: log.append(cancel_log))
+        try:
+            await anyio.sleep_forever()
+        finally:
+            cleaning.set()
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.05)
+            if log is not None:
+                log.append("A ends")
+
+    return slow
+
+
+async def _fail_soon(asi: AsyncSteps) -> None:
+    await anyio.lowlevel.checkpoint()
+    raise FutoInError("InnerFail")
+
+
 # -- 3. no branch's coroutine outlives its parallel step ------------------------------------------
 
 
@@ -242,25 +262,14 @@ async def test_paused_unwinding_is_waited_for_by_an_outer_failure() -> None:
     log: list[str] = []
     cleaning = anyio.Event()
 
-    async def slow(asi: AsyncSteps) -> None:
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cleaning.set()
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(0.05)
-            log.append("A ends")
-
-    async def fail_soon(asi: AsyncSteps) -> None:
-        await anyio.lowlevel.checkpoint()
-        raise FutoInError("InnerFail")
+    slow = _slow_to_cancel(cleaning, log)
 
     async def fail_while_paused(asi: AsyncSteps) -> None:
         await cleaning.wait()
         raise FutoInError("OuterFail")
 
     def branch_x(asi: AsyncSteps) -> None:
-        asi.parallel().add(slow).add(fail_soon)
+        asi.parallel().add(slow).add(_fail_soon)
 
     def outer(asi: AsyncSteps) -> None:
         asi.parallel().add(branch_x).add(fail_while_paused)
@@ -281,23 +290,11 @@ async def test_root_cancel_during_paused_unwinding_waits_for_the_coroutine() -> 
     log: list[str] = []
     cleaning = anyio.Event()
 
-    async def slow(asi: AsyncSteps) -> None:
-        asi.set_cancel(lambda asi: log.append("cancel handler A"))
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cleaning.set()
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(0.05)
-            log.append("A ends")
-
-    async def fail_soon(asi: AsyncSteps) -> None:
-        await anyio.lowlevel.checkpoint()
-        raise FutoInError("InnerFail")
+    slow = _slow_to_cancel(cleaning, log, "cancel handler A")
 
     def body(asi: AsyncSteps) -> None:
         asi.set_cancel(lambda asi: log.append("cancel handler body"))
-        asi.parallel().add(slow).add(fail_soon)
+        asi.parallel().add(slow).add(_fail_soon)
 
     root = AsyncSteps()
     root.add(lambda asi: asi.add(body))
@@ -322,13 +319,7 @@ async def test_labelled_break_from_a_branch_is_not_overwritten_by_a_sibling_flow
     log: list[str] = []
     cleaning = anyio.Event()
 
-    async def slow(asi: AsyncSteps) -> None:
-        try:
-            await anyio.sleep_forever()
-        finally:
-            cleaning.set()
-            with anyio.CancelScope(shield=True):
-                await anyio.sleep(0.05)
+    slow = _slow_to_cancel(cleaning)
 
     async def break_outer(asi: AsyncSteps) -> None:
         await anyio.lowlevel.checkpoint()
