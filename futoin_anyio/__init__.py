@@ -1,7 +1,13 @@
 """FutoIn AsyncSteps (FTN12 v1.14) native to AnyIO and Trio structured concurrency."""
 
+from contextlib import suppress as _suppress
+
 from ._errors import Errors as Errors
 from ._errors import FutoInError as FutoInError
+
+# ``COMPILED``: True when the engine runs compiled (Cython extension modules built at install),
+# False in the pure-Python build (docs/internals.rst). A flag, not an API: not in __all__.
+from ._frame import COMPILED as COMPILED
 from ._instrument import Instrument as Instrument
 from ._instrument import add_instrument as add_instrument
 from ._instrument import remove_instrument as remove_instrument
@@ -51,7 +57,9 @@ def _fixup_module_metadata() -> None:
     for name in __all__:
         obj = globals()[name]
         if getattr(obj, "__module__", "").startswith("futoin_anyio._"):
-            obj.__module__ = __name__
+            # An extension type of the compiled build (AsyncSteps) is immutable: it keeps its own.
+            with _suppress(TypeError):
+                obj.__module__ = __name__
 
 
 _fixup_module_metadata()

@@ -4,9 +4,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
 
 from ._errors import Errors, FutoInError
+
+#: True in the compiled build (Cython makes ``cython.compiled`` a constant), False in the pure
+#: one, with or without Cython installed.
+COMPILED: bool
+try:
+    import cython
+except ImportError:
+    COMPILED = False
+else:
+    COMPILED = bool(cython.compiled)
 
 if TYPE_CHECKING:
     from anyio import CancelScope
@@ -40,8 +50,39 @@ CANCELLING: Final = 9
 _STATUS_NAMES = ("model", "executing", "in error handler", "running sub-steps", "waiting",
                  "awaiting", "running root", "out of service", "failing", "cancelling")
 
-_new = object.__new__
+_T = TypeVar("_T")
+#: An object of ``cls`` without its ``__init__``. The compiled build's extension types have
+#: their own ``__new__``, which ``object.__new__`` refuses to stand in for.
+_new: Callable[[type[_T]], _T] = (
+    (lambda cls: cls.__new__(cls)) if COMPILED else object.__new__)
 _NO_ARGS: tuple[Any, ...] = ()
+
+
+class _Frame:
+    """The data of a step object: :class:`~futoin_anyio.AsyncSteps` (``_steps``) is its one
+    subclass here, and adds the API. It is a frame of its flow's stack (see ``_flow``).
+
+    Declared here, below the flow runner, so that the compiled build's flow runner knows the
+    layout of the step objects it makes without importing ``_steps`` (see the checklists of
+    ``docs/internals.rst``): a new slot goes here and into ``_frame.pxd``.
+    """
+
+    # ``_binary`` caches the C binding of the binary bridge (a step with one is never reused).
+    # No ``__weakref__``: a step object nothing references may be reused (see ``_Flow.run``).
+    __slots__ = (
+        "_binary",
+        "_ext",
+        "_flow",
+        "_func",
+        "_onerror",
+        "_parent",
+        "_queue",
+        "_started",
+        "_state",
+        "_status",
+        "_tool",
+        "_unhandled",
+    )
 
 
 class _Ext:
@@ -78,7 +119,7 @@ class _SharedWait(_Ext):
 
 #: The one ``_Ext`` shared by the steps that only wait (``wait_external()``, the common case):
 #: they allocate nothing. Before storing anything else, a frame gets its own (:func:`_own_ext`).
-_WAIT_ONLY = _new(_SharedWait)
+_WAIT_ONLY = _SharedWait.__new__(_SharedWait)
 for _name in _Ext.__slots__:
     object.__setattr__(_WAIT_ONLY, _name, None)
 object.__setattr__(_WAIT_ONLY, "waiting", True)

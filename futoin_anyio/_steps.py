@@ -40,6 +40,7 @@ from ._frame import (
     WAIT,
     _end_ext,
     _Ext,
+    _Frame,
     _internal,
     _own_ext,
     _wrong_thread,
@@ -89,7 +90,7 @@ _YIELD_EVERY = 16
 _unyielded = 0
 
 
-class AsyncSteps:
+class AsyncSteps(_Frame):
     """FutoIn AsyncSteps (FTN12 v1.14): a root to build and run, and the ``asi`` of every step.
 
     Build a root with :meth:`add` (and :meth:`parallel`, loops…), then run it with
@@ -104,22 +105,8 @@ class AsyncSteps:
     loop's thread).
     """
 
-    # ``_binary`` caches the C binding of the binary bridge (a step with one is never reused).
-    # No ``__weakref__``: a step object nothing references may be reused (see ``_Flow.run``).
-    __slots__ = (
-        "_binary",
-        "_ext",
-        "_flow",
-        "_func",
-        "_onerror",
-        "_parent",
-        "_queue",
-        "_started",
-        "_state",
-        "_status",
-        "_tool",
-        "_unhandled",
-    )
+    # The slots are _Frame's (``_frame``): the flow runner makes step objects below this module.
+    __slots__ = ()
 
     # The State; a root's is made when it is first used (a queued root that nobody asked for
     # its state then holds one object less for the garbage collector to scan).
