@@ -302,7 +302,8 @@ class _Flow:
                 return budget
             st = step._status
             if st is EXEC:
-                if res is not None and iscoroutine(res):
+                # A coroutine of the compiled build (await_()'s own) is no CoroutineType.
+                if res is not None and (iscoroutine(res) or isinstance(res, Coroutine)):
                     self._start_coroutine(step, res)
                     return budget
                 q = step._queue

@@ -340,7 +340,10 @@ class AsyncSteps(_Frame):
         else:
             self._misuse("success()")
 
-    __call__ = success
+    def __call__(self, *args: Any) -> None:
+        """``asi(...)`` is :meth:`success` (the JS reference's ``asi()``). A method of its own:
+        an alias (``__call__ = success``) does not make the compiled build's type callable."""
+        self.success(*args)
 
     def _foreign_thread(self) -> bool:
         flow = self._flow
