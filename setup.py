@@ -1,5 +1,103 @@
-"""Build hook for the cffi extension; all metadata lives in pyproject.toml."""
+"""Build hooks; all metadata lives in pyproject.toml.
 
-from setuptools import setup
+* the cffi extension of the binary bridge (``ffi/build.py``), always;
+* the compiled engine: the engine's own ``.py`` modules compiled by Cython 3 in pure-Python
+  mode, the ``.pxd`` files beside them declaring the hot classes as extension types. Optional:
+  without Cython, or when compiling fails, or with ``FUTOIN_ANYIO_NO_EXTENSIONS=1`` (the
+  aio-libs convention), the wheel holds the pure-Python engine, and the build says so.
+  ``futoin_anyio.COMPILED`` tells at run time which one is installed.
+"""
 
-setup(cffi_modules=["ffi/build.py:ffi"])
+from __future__ import annotations
+
+import os
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+#: The modules of the compiled build: each has its ``.pxd`` beside it (tests/test_pxd_sync.py).
+COMPILED_MODULES = ("_frame", "_loops", "_flow", "_parallel", "_driver", "_steps", "_mutex")
+
+
+def _say(message: str) -> None:
+    # setuptools hides stdout of a quiet pip; a warning on stderr shows in pip's output.
+    print(f"futoin_anyio: {message}", file=sys.stderr)
+
+
+def _engine_extensions() -> list[Extension]:
+    if os.environ.get("FUTOIN_ANYIO_NO_EXTENSIONS", "") not in ("", "0"):
+        _say("FUTOIN_ANYIO_NO_EXTENSIONS is set: building the pure-Python engine")
+        return []
+    if sys.implementation.name != "cpython":
+        _say(f"{sys.implementation.name} is not CPython: building the pure-Python engine")
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        _say("Cython is not available: building the pure-Python engine")
+        return []
+    extensions = [Extension(f"futoin_anyio.{name}", [f"futoin_anyio/{name}.py"])
+                  for name in COMPILED_MODULES]
+    try:
+        return list(cythonize(
+            extensions,
+            build_dir="build/cython",  # the generated C stays out of the package folder
+            language_level=3,
+            quiet=True,
+            compiler_directives={
+                # The types come from the .pxd files only: an annotation such as ``args: tuple``
+                # must not become a type check (values from C are not tuples), nor ``float`` a
+                # C double that refuses None.
+                "annotation_typing": False,
+            },
+        ))
+    except Exception as exc:  # a .pxd out of step with its .py: the pure build still works
+        _say(f"Cython failed ({exc}): building the pure-Python engine")
+        return []
+
+
+class _OptionalBuildExt(build_ext):
+    """Builds the cffi extension as usual; an engine module that fails to compile makes the
+    whole engine pure Python (a half-compiled engine would mix two layouts of one class)."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except _EngineBuildFailed as failed:
+            _say(f"compiling the engine failed ({failed}): building the pure-Python engine")
+            self.extensions = [e for e in self.extensions if not _is_engine(e)]
+            for ext in self.extensions:  # what was built so far is reused
+                self.build_extension(ext)
+            _remove_engine_outputs(self)
+
+    def build_extension(self, ext: Extension) -> None:
+        if not _is_engine(ext):
+            super().build_extension(ext)
+            return
+        try:
+            super().build_extension(ext)
+        except Exception as exc:  # no compiler, a compiler error: never fatal for the engine
+            raise _EngineBuildFailed(f"{ext.name}: {exc}") from exc
+
+
+class _EngineBuildFailed(Exception):
+    pass
+
+
+def _is_engine(ext: Extension) -> bool:
+    return ext.name.rsplit(".", 1)[-1] in COMPILED_MODULES and ext.name.startswith("futoin_anyio.")
+
+
+def _remove_engine_outputs(cmd: build_ext) -> None:
+    for name in COMPILED_MODULES:
+        path = cmd.get_ext_fullpath(f"futoin_anyio.{name}")
+        if os.path.exists(path):
+            os.remove(path)
+
+
+setup(
+    cffi_modules=["ffi/build.py:ffi"],
+    ext_modules=_engine_extensions(),
+    cmdclass={"build_ext": _OptionalBuildExt},
+)

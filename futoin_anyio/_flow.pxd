@@ -1,0 +1,40 @@
+# The compiled build's declarations for _flow.py: see _frame.pxd.
+cimport cython
+
+from futoin_anyio._frame cimport _Ext, _Frame
+
+
+@cython.final
+cdef class _Flow:
+    cdef object __weakref__
+    cdef public object args, cancel_reason, driver, loop_label, on_unhandled, par, result_code
+    cdef public object since
+    cdef public bint executed, finished, interrupt, queued
+    cdef public _Frame root
+    cdef public list stack
+
+    cpdef int _go(self, int budget) except? -1
+
+    @cython.locals(stack=list, base=_Frame, frame=_Frame, step=_Frame, spare=_Frame, ext=_Ext,
+                   q=list, reuse=bint)
+    cpdef int run(self, int budget) except? -1
+
+    cpdef object _step_raised(self, exc)
+    cpdef object _unwind(self, code, bint fresh=*)
+    cpdef _interrupted(self)
+    cpdef _finish(self, code)
+    cpdef _drop_links(self)
+    cpdef _root_done(self)
+    cpdef _start_coroutine(self, _Frame step, coro)
+
+
+@cython.locals(frame=_Frame)
+cpdef _Frame _new_frame(_Frame parent, _Flow flow, status)
+
+@cython.locals(flow=_Flow, ext=_Ext)
+cpdef bint _coroutine_done(_Frame step, result, error, bint inline) except? -1
+
+cpdef bint _go_on(_Flow flow, can, bint inline) except? -1
+
+@cython.locals(frame=_Frame, ext=_Ext)
+cpdef double _flow_deadline(_Flow flow) except? -1.0

@@ -1,0 +1,26 @@
+# The compiled build's declarations for _frame.py (Cython 3, pure-Python mode): see
+# docs/internals.rst, "The compiled build". Every slot of a class declared here is declared
+# here, and nothing else (tests/test_pxd_sync.py).
+cimport cython
+
+
+cdef class _Ext:
+    cdef public object cleanups, coro, deadline, exit_arg, loop, on_exit, oncancel, par
+    cdef public object pending, scope, timer
+    cdef public bint waiting
+
+
+cdef class _Frame:
+    cdef public object _binary, _flow, _func, _onerror, _started, _state, _status, _tool
+    cdef public object _unhandled
+    cdef public _Ext _ext
+    cdef public _Frame _parent
+    cdef public list _queue
+
+
+cpdef _Ext _own_ext(_Frame frame)
+
+@cython.locals(ext=_Ext)
+cpdef _end_ext(_Frame frame)
+
+cpdef _run_cleanups(_Ext ext)
