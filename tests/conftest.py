@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +13,18 @@ from hypothesis import Phase, settings
 # minutes. Shrinking still gives a minimal failing program.
 settings.register_profile("futoin", phases=[p for p in Phase if p is not Phase.explain])
 settings.load_profile("futoin")
+
+
+def pytest_report_header() -> str:
+    """Which engine the run tests: the compiled build or the pure-Python one."""
+    from futoin_anyio import COMPILED
+
+    if COMPILED and os.environ.get("FUTOIN_ANYIO_NO_EXTENSIONS", "") not in ("", "0"):
+        # Installed pure, yet extension modules of another install are found (an in-place
+        # build for this Python in the source tree): the run would not test what it says.
+        raise pytest.UsageError("FUTOIN_ANYIO_NO_EXTENSIONS is set, but the compiled engine "
+                                "is loaded: remove futoin_anyio/_*.so from the source tree")
+    return f"futoin_anyio engine: {'compiled (Cython)' if COMPILED else 'pure Python'}"
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -23,6 +23,7 @@ import pytest
 
 from futoin_anyio import AsyncSteps, AsyncTool, _flow
 from futoin_anyio._flow import _step_reuse_proven
+from futoin_anyio._frame import COMPILED
 
 pytestmark = pytest.mark.anyio
 
@@ -302,11 +303,13 @@ async def test_checks_catch_a_count_that_lies(monkeypatch: pytest.MonkeyPatch, k
 
 
 def test_gate_matches_the_interpreter() -> None:
-    """Reuse only on CPython before 3.14, with the GIL."""
+    """Reuse only on CPython before 3.14, with the GIL, in the pure build: compiled code holds
+    step objects in C variables that no reference count shows (every test above runs on both
+    builds: a held step is never handed out again)."""
     expected = sys.implementation.name == "cpython" and sys.version_info < (3, 14)
     if expected and sys.version_info >= (3, 13):
         import sysconfig
 
         expected = not sysconfig.get_config_var("Py_GIL_DISABLED")
-    assert _step_reuse_proven() is expected
+    assert _step_reuse_proven() is (expected and not COMPILED)
     assert _flow._REUSE_STEPS is expected

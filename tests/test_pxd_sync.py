@@ -1,0 +1,139 @@
+"""The compiled build's ``.pxd`` files agree with the ``.py`` modules they augment.
+
+The ``.py`` files are the source of both builds; each ``.pxd`` beside one declares some of its
+classes as extension types (every slot, typed or ``public object``) and some of its functions
+and methods as ``cpdef``. A slot added to a class and not to its ``.pxd`` fails the compiled
+build at run time (an extension type has no ``__dict__``), a stale one wastes memory, and a
+``cpdef`` of a method that is gone fails the build: this test says which, in the pure build
+too, so the engine can change without anyone building it compiled.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+import futoin_anyio
+from futoin_anyio._frame import COMPILED
+
+PACKAGE = Path(futoin_anyio.__file__).resolve().parent
+ROOT = PACKAGE.parent
+PXDS = sorted(PACKAGE.glob("_*.pxd"))
+
+_CLASS = re.compile(r"^cdef class (\w+)(?:\((\w+)\))?:", re.M)
+_FIELD = re.compile(r"^    cdef (?:public |readonly )?(\w+) (.+)$")
+_CPDEF = re.compile(r"^( *)cpdef (?:[\w.]+ )?(\w+)\(", re.M)
+
+
+def _pxd_classes(text: str) -> dict[str, tuple[str | None, set[str]]]:
+    """``{class: (base, fields)}`` of the ``cdef class`` blocks of a .pxd."""
+    classes: dict[str, tuple[str | None, set[str]]] = {}
+    current: set[str] | None = None
+    for line in text.splitlines():
+        found = _CLASS.match(line)
+        if found:
+            current = set()
+            classes[found.group(1)] = (found.group(2), current)
+            continue
+        if line and not line.startswith((" ", "#")):
+            current = None  # the class block ended
+        field = _FIELD.match(line)
+        if field and current is not None:
+            current.update(name.strip() for name in field.group(2).split(","))
+    return classes
+
+
+def _py_classes(tree: ast.Module) -> dict[str, ast.ClassDef]:
+    return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+def _slots(cls: ast.ClassDef) -> set[str] | None:
+    for node in cls.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets):
+            value = ast.literal_eval(node.value)
+            return {value} if isinstance(value, str) else set(value)
+    return None
+
+
+def _compiled_modules() -> tuple[str, ...]:
+    """``COMPILED_MODULES`` of setup.py (read, not imported: importing it would build)."""
+    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "COMPILED_MODULES" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError("setup.py has no COMPILED_MODULES")
+
+
+@pytest.mark.skipif(not (ROOT / "setup.py").exists(), reason="not a source checkout")
+def test_every_pxd_module_is_compiled() -> None:
+    assert sorted(_compiled_modules()) == sorted(p.stem for p in PXDS)
+
+
+@pytest.mark.parametrize("pxd", PXDS, ids=[p.name for p in PXDS])
+def test_pxd_declares_every_slot_and_no_stale_one(pxd: Path) -> None:
+    source = pxd.with_suffix(".py")
+    assert source.exists(), f"{pxd.name} augments no .py"
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    classes = _py_classes(tree)
+    declared = _pxd_classes(pxd.read_text(encoding="utf-8"))
+    assert declared, f"{pxd.name} declares no class"
+    for name, (base, fields) in declared.items():
+        cls = classes.get(name)
+        assert cls is not None, f"{pxd.name}: class {name} is not in {source.name}"
+        bases = [b.id for b in cls.bases if isinstance(b, ast.Name)]
+        assert bases == ([base] if base else []), (
+            f"{pxd.name}: {name}({base or ''}) but {source.name} has {name}({', '.join(bases)})")
+        slots = _slots(cls)
+        assert slots is not None, f"{source.name}: {name} has no __slots__"
+        if base is not None:
+            assert slots == set(), f"{source.name}: {name} adds slots; declare them on {base}"
+        missing = slots - fields
+        stale = fields - slots
+        assert not missing, f"{pxd.name}: {name} lacks {sorted(missing)} (slots of {source.name})"
+        assert not stale, f"{pxd.name}: {name} declares {sorted(stale)}, not slots any more"
+
+
+@pytest.mark.parametrize("pxd", PXDS, ids=[p.name for p in PXDS])
+def test_pxd_cpdefs_exist(pxd: Path) -> None:
+    """Each ``cpdef`` names a function of the module, or a method of the class it is in."""
+    tree = ast.parse(pxd.with_suffix(".py").read_text(encoding="utf-8"))
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    classes = _py_classes(tree)
+    owner: str | None = None
+    for line in pxd.read_text(encoding="utf-8").splitlines():
+        found = _CLASS.match(line)
+        if found:
+            owner = found.group(1)
+        elif line and not line.startswith((" ", "#", "@")):
+            owner = None
+        cpdef = _CPDEF.match(line)
+        if cpdef is None:
+            continue
+        name = cpdef.group(2)
+        if cpdef.group(1):
+            assert owner is not None
+            methods = {n.name for n in classes[owner].body if isinstance(n, ast.FunctionDef)}
+            assert name in methods, f"{pxd.name}: {owner}.{name} is not in the .py"
+        else:
+            assert name in functions, f"{pxd.name}: {name}() is not in the .py"
+
+
+@pytest.mark.skipif(not COMPILED, reason="the pure build")
+def test_compiled_modules_are_loaded_and_up_to_date() -> None:
+    """In the compiled build every module of a .pxd is an extension module, built after the
+    last change of its sources (an in-place build runs the old code until it is rebuilt)."""
+    for pxd in PXDS:
+        module = sys.modules.get(f"futoin_anyio.{pxd.stem}")
+        assert module is not None and module.__file__ is not None
+        built = Path(module.__file__)
+        assert built.suffix in (".so", ".pyd"), f"{pxd.stem} is not compiled: {built}"
+        if built.parent == pxd.parent:  # an in-place build: sources beside it
+            newest = max(pxd.stat().st_mtime, pxd.with_suffix(".py").stat().st_mtime)
+            assert built.stat().st_mtime >= newest, (
+                f"{built.name} is older than its sources: reinstall (pip install -e .)")
