@@ -254,3 +254,20 @@ async def test_cancel_before_the_coroutine_task_starts_runs_the_cancel_handlers(
             root.execute()
     assert calls == ["cancel handler"]
     assert not root
+
+
+class _Awaitable:
+    """An awaitable that is no coroutine: ``await_()`` wraps it in a coroutine of its own."""
+
+    def __await__(self) -> Any:
+        yield from anyio.lowlevel.checkpoint().__await__()
+        return 5
+
+
+async def test_await_of_an_awaitable_that_is_no_coroutine() -> None:
+    """In the compiled build the wrapper is a compiled coroutine (no ``CoroutineType``): the
+    step still awaits it, and its value is the step's result."""
+    asi = AsyncSteps()
+    asi.await_(_Awaitable())
+    asi.add(lambda asi, v: asi.success(v * 2))
+    assert await asi.promise() == 10

@@ -312,4 +312,4 @@ def test_gate_matches_the_interpreter() -> None:
 
         expected = not sysconfig.get_config_var("Py_GIL_DISABLED")
     assert _step_reuse_proven() is (expected and not COMPILED)
-    assert _flow._REUSE_STEPS is expected
+    assert _flow._REUSE_STEPS is (expected and not COMPILED)

@@ -450,3 +450,14 @@ async def test_waiting_steps_keep_their_handlers_apart(then: str) -> None:
         "stack": ["cleanup obj", "after ('done',)"],
         "wait_external": ["after ('done',)"],
     }[then]
+
+
+async def test_step_object_is_callable_as_success() -> None:
+    """``asi(...)`` is ``asi.success(...)``, in both builds (an extension type needs a real
+    ``__call__``), and misused it says so as ``success()`` does."""
+    asi = AsyncSteps()
+    asi.add(lambda asi: asi(1, 2))
+    asi.add(lambda asi, a, b: asi(a + b))
+    assert await asi.promise() == 3
+    with pytest.raises(FutoInError, match=r"success\(\)"):
+        AsyncSteps()()
