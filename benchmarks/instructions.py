@@ -103,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown scenarios: {', '.join(unknown)}")
     backends = [args.backend] if args.backend else ["asyncio", "trio"]
+    engine = subprocess.run(
+        [sys.executable, "-c", "import futoin_anyio; print(futoin_anyio.COMPILED)"],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent)
+    print(f"futoin_anyio engine: {'compiled' if engine.stdout.strip() == 'True' else 'pure'}",
+          flush=True)
     result: dict[str, dict[str, float]] = {}
     for name in names:
         for backend in backends:

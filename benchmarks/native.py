@@ -354,7 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     rounds = args.rounds or (1 if args.quick else 3)
     tier = run_tier(mode, backends, rows, rounds)
-    print(f"## AnyIO-native path ({mode} mode, best of {rounds} round(s))\n")
+    import futoin_anyio
+
+    engine = "compiled" if futoin_anyio.COMPILED else "pure"
+    print(f"## AnyIO-native path ({mode} mode, best of {rounds} round(s), {engine} engine)\n")
     print(render_markdown(tier["rows"]))
     if args.json:
         Path(args.json).write_text(json.dumps(tier, indent=1) + "\n")

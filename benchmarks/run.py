@@ -415,7 +415,8 @@ def render_markdown(result: dict[str, Any]) -> str:
     out = [
         f"# futoin_anyio benchmarks ({meta['mode']} mode)",
         "",
-        f"{meta['date']} · {meta['cpu']} · Python {meta['python']} · anyio {meta['anyio']}"
+        f"{meta['date']} · {meta['cpu']} · Python {meta['python']}"
+        f" · {meta.get('engine', 'pure')} engine · anyio {meta['anyio']}"
         f" · trio {meta['trio']} · node {meta['node'] or 'n/a'}"
         f" · futoin-asyncsteps {meta['futoin_asyncsteps'] or 'n/a'} · commit {meta['commit']}",
         "",
@@ -489,6 +490,13 @@ def _version(module: str) -> str:
         return version(module)
     except Exception:
         return "?"
+
+
+def _engine() -> str:
+    """The futoin_anyio build the columns run: ``compiled`` or ``pure`` (``COMPILED``)."""
+    import futoin_anyio
+
+    return "compiled" if futoin_anyio.COMPILED else "pure"
 
 
 def _cpu() -> str:
@@ -692,6 +700,7 @@ def measure_ftn12(
             "mode": mode,
             "date": _now(),
             "python": platform.python_version(),
+            "engine": _engine(),
             "anyio": _version("anyio"),
             "trio": _version("trio"),
             "node": node_version,

@@ -44,7 +44,7 @@ from typing import Any
 
 from . import _instrument
 from ._flow import _Flow, _flow_deadline
-from ._frame import _STATUS_NAMES, _WAIT_ONLY, CANCELLING, CORO, ROOT, WAIT
+from ._frame import _STATUS_NAMES, _WAIT_ONLY, CANCELLING, COMPILED, CORO, ROOT, WAIT
 from ._limiter import _Section as _LimiterSection
 from ._loops import _FOR_EACH, _REPEAT, _Loop
 from ._mutex import _Entry
@@ -115,7 +115,8 @@ def snapshot() -> dict[str, Any]:
                 roots.append(_root(root, flow, f"execute() in {tool} {_short_id(driver)}",
                                    driver, now))
     return {"format": FORMAT, "pid": os.getpid(), "backend": backend, "clock": now,
-            "wall_time": time.time(), "roots": roots}
+            "wall_time": time.time(), "engine": "compiled" if COMPILED else "pure",
+            "roots": roots}
 
 
 # -- one root ----------------------------------------------------------------------------------
@@ -395,7 +396,8 @@ def format_text(snap: dict[str, Any]) -> str:
     """Render a :func:`snapshot` as a tree for people."""
     roots = snap.get("roots", [])
     lines = [f"futoin_anyio flow dump: {len(roots)} live root(s), pid {snap.get('pid')}, "
-             f"backend {snap.get('backend') or '-'}, clock {snap.get('clock')}"]
+             f"backend {snap.get('backend') or '-'}, clock {snap.get('clock')}, "
+             f"{snap.get('engine', 'pure')} engine"]
     for root in roots:
         lines.append(f"root {root['name']}#{root['id']}  [{root['state']}]  {root['runs']}, "
                      f"age {_seconds(root.get('age_s'))}")
