@@ -210,6 +210,9 @@ class _Flow:
         # parents when asked (most roots never need one: a dict less per root for the GC).
         state = base._state
         cls = base.__class__
+        # object.__new__ in the pure build; the extension type's own in the compiled one (which
+        # object.__new__ refuses), bound once here rather than looked up per step.
+        new = cls.__new__
         # A completed step object that nothing else references is reused for the next step:
         # nobody can observe it, and it saves an allocation and garbage-collector work per step.
         # Only where reference counts are proven to see every holder (_REUSE_STEPS), and only
@@ -262,7 +265,7 @@ class _Flow:
                     stack.pop()
                     continue
             if spare is None:  # _new_frame(), inlined: this runs for every step
-                step: AsyncSteps = _new(cls)
+                step: AsyncSteps = new(cls)
                 step._state = state
                 step._flow = self
                 step._queue = None
