@@ -1,6 +1,8 @@
 # The compiled build's declarations for _driver.py: see _frame.pxd.
 cimport cython
 
+from futoin_anyio._flow cimport _coroutine_done, _Flow, _flow_deadline
+
 
 # Not final: AsyncTool (_tool.py) is its subclass.
 cdef class _Driver:

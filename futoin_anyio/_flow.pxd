@@ -1,10 +1,12 @@
 # The compiled build's declarations for _flow.py: see _frame.pxd.
 cimport cython
 
-from futoin_anyio._frame cimport _Ext, _Frame
+from futoin_anyio._frame cimport _end_ext, _Ext, _Frame, _own_ext
+from futoin_anyio._loops cimport _LoopRun
 
 
 @cython.final
+@cython.freelist(32)
 cdef class _Flow:
     cdef object __weakref__
     cdef public object args, cancel_reason, driver, loop_label, on_unhandled, par, result_code
@@ -16,7 +18,7 @@ cdef class _Flow:
     cpdef int _go(self, int budget) except? -1
 
     @cython.locals(stack=list, base=_Frame, frame=_Frame, step=_Frame, spare=_Frame, ext=_Ext,
-                   q=list, reuse=bint)
+                   q=list, reuse=bint, loop=_LoopRun)
     cpdef int run(self, int budget) except? -1
 
     cpdef object _step_raised(self, exc)

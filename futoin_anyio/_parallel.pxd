@@ -1,7 +1,8 @@
 # The compiled build's declarations for _parallel.py: see _frame.pxd.
 cimport cython
 
-from futoin_anyio._frame cimport _Frame
+from futoin_anyio._flow cimport _Flow, _new_frame
+from futoin_anyio._frame cimport _end_ext, _Frame
 
 
 @cython.final
