@@ -390,7 +390,11 @@ class _Driver:
             return
         tg = self._tg
         if tg is not None:
-            tg.start_soon(runner, step, coro, name=_task_name(step))
+            # trio's own nursery (a promise() driver's, see _drive) names a task after the
+            # object it is given, as module.qualname; AnyIO's task groups want the string.
+            tg.start_soon(runner, step, coro, name=step._func
+                          if self._library == "trio" and self._main is not None
+                          else _task_name(step))
         elif self._inline_scope is not None:
             # The caller is awaiting a coroutine step inline: no task group can be opened in its
             # task now, and this coroutine may be what the inline one waits for.

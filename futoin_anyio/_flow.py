@@ -30,8 +30,8 @@ import math
 import sys
 from collections.abc import Callable, Coroutine
 from functools import partial
-from inspect import iscoroutine
 from sys import getrefcount
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from anyio import CancelScope, get_cancelled_exc_class
@@ -299,7 +299,7 @@ class _Flow:
                 return budget
             st = step._status
             if st is EXEC:
-                if res is not None and iscoroutine(res):
+                if res is not None and isinstance(res, CoroutineType):
                     self._start_coroutine(step, res)
                     return budget
                 q = step._queue

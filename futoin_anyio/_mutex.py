@@ -81,10 +81,14 @@ class _Entry:
             entry.state = HELD
             if _ins.ACTIVE:
                 _ins.sync(asi._flow, "sync_entered", mutex._label)
+            func = entry.func
+            if getattr(type(func), "_runs_in_entry", False):
+                func(asi, *args)  # a Limiter's rate check: in this step, not one of its own
+                return
             # Sub-steps start with no arguments: hand the incoming ones on to ``func``.
             if args:
                 asi.success_step(*args)
-            asi.add(entry.func, entry.onerror)
+            asi.add(func, entry.onerror)
             return
         queue = mutex._queue
         if queue.full():
