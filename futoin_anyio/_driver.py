@@ -254,7 +254,9 @@ class _Driver:
             self._library = "asyncio"
             self._clock = loop.time
         else:
+            global _trio_lowlevel
             trio = sys.modules["trio"]
+            _trio_lowlevel = trio.lowlevel
             self._threadsafe = trio.lowlevel.current_trio_token()
             self._library = "trio"
             # The run's clock itself: trio.current_time() goes through three more calls.
@@ -375,8 +377,8 @@ class _Driver:
             if kind is _Future:
                 if not sleeper.done():
                     sleeper.set_result(None)
-            elif kind is _trio_task_type():
-                _trio_reschedule(sleeper)
+            elif kind is _trio_lowlevel.Task:
+                _trio_lowlevel.reschedule(sleeper)
             else:
                 sleeper.cancel()
         elif self._inline is not None and not self._helper:
@@ -809,13 +811,11 @@ class _Driver:
             assert self._tg is not None
             cancel_scope(self._tg.cancel_scope, _fatal_reason(self._fatal))
 
-    def _task_started(self) -> None:
-        self._coro_tasks += 1
-
-    def _task_ended(self) -> None:
-        self._coro_tasks -= 1
+    def _tasks_now_idle(self) -> None:
+        """The last coroutine task ended (``_coro_tasks`` is 0; counted in ``_run_coroutine``):
+        wake whoever waits in :meth:`_tasks_ended`."""
         idle = self._tasks_idle
-        if not self._coro_tasks and idle is not None:
+        if idle is not None:
             self._tasks_idle = None
             idle.set()
 
@@ -896,17 +896,16 @@ def _set_result(future: Any) -> None:
         future.set_result(None)
 
 
-def _trio_task_type() -> type:
-    trio = sys.modules.get("trio")
-    return trio.lowlevel.Task if trio is not None else _NoType
+class _NoTrio:
+    """Stands for ``trio.lowlevel`` until a driver binds to trio: its ``Task`` is no type a
+    sleeper can have."""
+
+    class Task:
+        pass
 
 
-def _trio_reschedule(task: Any) -> None:
-    sys.modules["trio"].lowlevel.reschedule(task)
-
-
-class _NoType:
-    """Stands for trio's Task type where trio was never imported."""
+#: ``trio.lowlevel`` once a driver has bound to trio (see :meth:`_Driver._bind`).
+_trio_lowlevel: Any = _NoTrio
 
 
 def _task_name(step: AsyncSteps) -> str:

@@ -623,12 +623,15 @@ class _Flow:
                 what = "break_loop" if code == Errors.LoopBreak else "continue_loop"
                 self.root.state.error_info = f"{what}({label!r}): no enclosing loop has that label"
             self._root_done()
-        elif code is None:
-            self._drop_links()
-            par.branch_done()
         else:
-            self._drop_links()
-            par.branch_failed(self, code)
+            # A finished branch lets go of its container and parallel run (_drop_links(),
+            # written out on this hot path).
+            self.stack.clear()
+            self.par = None
+            if code is None:
+                par.branch_done()
+            else:
+                par.branch_failed(self, code)
 
     def _root_done(self) -> None:
         driver = self.driver
@@ -740,13 +743,14 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     driver = flow.driver
     error: BaseException | None = None
     result: Any = None
-    driver._task_started()
+    driver._coro_tasks += 1
     try:
         if step._status is not CORO or flow.finished or flow.root._status is CANCELLING:
             # Cancelled before its task could start (the root's cancel() may be waiting for it).
             coro.close()
             return
-        with scope_class(driver._library)() as scope:
+        library = driver._library
+        with (_scope_classes.get(library) or scope_class(library))() as scope:
             try:
                 result, error = await _await_step(step, scope)
             except BaseException as exc:
@@ -756,7 +760,9 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
                 return
     finally:
         ext.coro = None
-        driver._task_ended()
+        driver._coro_tasks -= 1
+        if not driver._coro_tasks:
+            driver._tasks_now_idle()
         if driver._joins:  # an unwinding or a cancel() may wait for this coroutine
             driver._soon(driver._check_joins)
     _coroutine_done(step, result, error, False)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, final
 
-from ._mutex import Mutex
+from ._mutex import Mutex, _Entry
 from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
@@ -113,7 +113,7 @@ class Limiter:
         as if there were no Limiter. ``onerror`` is ``func``'s error handler.
         """
         check_section("Limiter", func, onerror)
-        self._mutex.sync(asi, _Section(self._throttle, func, onerror))
+        asi.add(_Entry(self._mutex, _Section(self._throttle, func, onerror), None))
 
     # -- plain AnyIO ------------------------------------------------------------------------------
 
