@@ -136,8 +136,8 @@ def _on_timeout(frame: AsyncSteps, timeout_ms: float = math.nan) -> None:
     info = timeout_info(frame, timeout_ms)  # names the step and its limit, on every path
     exc = FutoInError(Errors.Timeout, info)
     state = frame.state
-    state.error_info = info
-    state.last_exception = exc
+    state["error_info"] = info
+    state["last_exception"] = exc
     if _ins.ACTIVE:
         _ins.timed_out(flow, info)
     flow.throw(Errors.Timeout, None)
@@ -340,15 +340,15 @@ class _Flow:
         state = self.root.state
         if isinstance(exc, FutoInError):
             code = exc.code
-            if state.last_exception is not exc:
-                state.error_info = exc.info
-                state.last_exception = exc
+            if state["last_exception"] is not exc:
+                state["error_info"] = exc.info
+                state["last_exception"] = exc
         elif isinstance(exc, BaseExceptionGroup) and _judgeable_group(exc):
             code = _judge_group(exc, state)
         elif isinstance(exc, Exception):
             code = Errors.Timeout if _is_timeout(exc) else Errors.InternalError
-            state.error_info = f"{type(exc).__name__}: {exc}"
-            state.last_exception = exc
+            state["error_info"] = f"{type(exc).__name__}: {exc}"
+            state["last_exception"] = exc
         else:
             raise exc  # KeyboardInterrupt, SystemExit, the backend's cancellation: never ours
         return self._unwind(code)
@@ -398,7 +398,7 @@ class _Flow:
         state = self.root.state
         self.args = _NO_ARGS  # steps an error handler adds start with no arguments
         if fresh and code != Errors.LoopBreak and code != Errors.LoopCont:
-            state.async_stack = (
+            state["async_stack"] = (
                 [f._func for f in stack[1:]] if self.par is None else _step_path(self))
             if _ins.ACTIVE:
                 _ins.failed(self, stack[-1], code, state.get("error_info"))
@@ -434,16 +434,16 @@ class _Flow:
             except FutoInError as exc:
                 if self._cancelled():
                     return FAILED
-                if state.last_exception is not exc:
-                    state.error_info = exc.info
-                    state.last_exception = exc
+                if state["last_exception"] is not exc:
+                    state["error_info"] = exc.info
+                    state["last_exception"] = exc
                 code = exc.code
             except Exception as exc:
                 if self._cancelled():
                     return FAILED
                 code = Errors.InternalError
-                state.error_info = f"{type(exc).__name__}: {exc}"
-                state.last_exception = exc
+                state["error_info"] = f"{type(exc).__name__}: {exc}"
+                state["last_exception"] = exc
             else:
                 if handler._status is DONE:  # success(): go on after the failed step
                     stack.pop()
@@ -514,8 +514,8 @@ class _Flow:
                 else:
                     state = self.root.state
                     code = Errors.InternalError
-                    state.error_info = f"{type(exc).__name__}: {exc}"
-                    state.last_exception = exc
+                    state["error_info"] = f"{type(exc).__name__}: {exc}"
+                    state["last_exception"] = exc
         if ext.cleanups or ext.on_exit is not None:
             _run_cleanups(ext)
         return code
@@ -621,7 +621,8 @@ class _Flow:
             label = self.loop_label
             if label is not None and (code == Errors.LoopBreak or code == Errors.LoopCont):
                 what = "break_loop" if code == Errors.LoopBreak else "continue_loop"
-                self.root.state.error_info = f"{what}({label!r}): no enclosing loop has that label"
+                self.root.state["error_info"] = (
+                    f"{what}({label!r}): no enclosing loop has that label")
             self._root_done()
         else:
             # A finished branch lets go of its container and parallel run (_drop_links(),
@@ -914,11 +915,11 @@ def _judge_group(group: BaseExceptionGroup[Any], state: State) -> str:
     errors = [e for e in _leaves(group) if isinstance(e, Exception)]
     for exc in errors:
         if isinstance(exc, FutoInError):
-            state.error_info = exc.info
-            state.last_exception = exc if len(errors) == 1 else group
+            state["error_info"] = exc.info
+            state["last_exception"] = exc if len(errors) == 1 else group
             return exc.code
-    state.error_info = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
-    state.last_exception = group
+    state["error_info"] = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
+    state["last_exception"] = group
     if len(errors) == 1 and _is_timeout(errors[0]):
         return Errors.Timeout
     return Errors.InternalError

@@ -147,7 +147,7 @@ class AsyncSteps:
             self._state = None
         elif isinstance(state, State):
             self._state = state
-        elif isinstance(state, Mapping):
+        elif type(state) is dict or isinstance(state, Mapping):  # dict: no ABC check
             self._state = State(state)
         else:
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
@@ -395,8 +395,8 @@ class AsyncSteps:
             if self._foreign_thread():
                 _wrong_thread("error() of a step that does not wait for an external event")
             state = self.state
-            state.error_info = info
-            state.last_exception = exc
+            state["error_info"] = info
+            state["last_exception"] = exc
             raise exc
         if st is WAIT:
             if self._foreign_thread():
@@ -414,8 +414,8 @@ class AsyncSteps:
         flow = self._flow
         assert flow is not None
         state = self.state
-        state.error_info = exc.info
-        state.last_exception = exc
+        state["error_info"] = exc.info
+        state["last_exception"] = exc
         if flow.driver._current is None:
             flow.throw(exc.code, f"error({exc.code!r}) of the waiting step")
         else:
@@ -562,7 +562,7 @@ class AsyncSteps:
         # Kept on the flow (root or branch) that raised it; a failing branch hands it to its
         # parent flow as the signal crosses the parallel step on its way out.
         flow.loop_label = label
-        self.state.error_info = None
+        self.state["error_info"] = None
         raise FutoInError(code)
 
     # -- control API (§2.2.3) -----------------------------------------------------------------
