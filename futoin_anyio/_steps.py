@@ -47,7 +47,7 @@ from ._frame import (
 from ._hooks import _binary
 from ._loops import _FOR_EACH, _LOOP, _REPEAT, _Loop
 from ._parallel import ParallelSteps
-from ._state import State, fresh_state
+from ._state import State, fresh_state, state_from
 from ._tool import AsyncTool, _check_ms, current_tool
 from ._types import (
     CancelHandler,
@@ -148,7 +148,7 @@ class AsyncSteps:
         elif isinstance(state, State):
             self._state = state
         elif type(state) is dict or isinstance(state, Mapping):  # dict: no ABC check
-            self._state = State(state)
+            self._state = state_from(state)
         else:
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
         if tool is not None and type(tool) is not AsyncTool:
