@@ -443,13 +443,10 @@ class AsyncSteps:
         assert flow is not None
         driver = flow.driver
         ext.timer, ext.deadline = driver._call_timeout(delay, self, timeout_ms)
-        scope = driver._inline_scope
-        if scope is not None and driver._main is flow:
-            # The flow's coroutine steps are awaited inline: their shared scope has the flow's
-            # nearest deadline.
-            deadline = _flow_deadline(flow)
-            if deadline != scope.deadline:
-                scope.deadline = deadline
+        if driver._inline_scope is not None and driver._main is flow:
+            # The flow's coroutine steps are awaited inline: its alarm is the flow's nearest
+            # deadline.
+            driver._arm_inline(_flow_deadline(flow))
 
     def set_cancel(self, oncancel: CancelHandler) -> None:
         """Set the handler called once if this step is cancelled or unwound while active.
