@@ -162,13 +162,9 @@ class _Flow:
         "queued",
         "result_code",
         "root",
-        # When a root first waited or yielded (time.monotonic()), for the flow dump: set only
-        # then, never initialised (a root that completes at once pays nothing).
-        "since",
         "stack",
     )
 
-    since: float
     cancel_reason: str
 
     def __init__(self, driver: AsyncTool, root: AsyncSteps, stack: list[AsyncSteps],
@@ -633,8 +629,7 @@ class _Flow:
         if self.executed:
             root = self.root
             driver._roots.discard(root)
-            if _ins.ACTIVE:
-                _ins.ended(root, driver, self.result_code)
+            # (Instruments hear of its end from _traced._HookedFlow, which overrides this.)
             root._flow = None  # no root <-> flow cycle: both are freed as soon as unreferenced
             code = self.result_code
             if code is not None and code != Errors.Cancelled:

@@ -110,7 +110,7 @@ class _Entry:
         elif state is HELD:
             self.mutex._release(self.key)
             key = self.key
-            if _ins.ACTIVE and type(key) is _Flow:
+            if _ins.ACTIVE and isinstance(key, _Flow):
                 _ins.sync(key, "sync_left", self.mutex._label)
 
     def __repr__(self) -> str:

@@ -68,7 +68,7 @@ def record_times(on: bool = True) -> None:
     that snapshots show ages and queue waits (``age_s``, ``for_s``, ``since``; ``None`` for what
     began before). It costs a clock read per waiting root and per queued entry;
     :func:`install_signal_handler` turns it on."""
-    _instrument.TIMES = bool(on)
+    _instrument.record_times(on)
 
 
 # -- finding the live roots --------------------------------------------------------------------
@@ -125,28 +125,35 @@ def _short_id(obj: object) -> str:
     return f"0x{id(obj):x}"
 
 
-def _root_name(root: AsyncSteps, flow: _Flow | None) -> str:
-    """The name the root was given (``AsyncSteps(name=...)``), else the qualname of its
-    outermost active step (or of its first step, not started)."""
+def _root_name(root: AsyncSteps) -> str:
+    """The name the root was given (``AsyncSteps(name=...)``), else the qualname of its first
+    step (the same name instruments are given). The engine keeps a started root's first step
+    only while the dump records (:func:`record_times`) or instruments are registered; a root
+    started before that is named after its outermost active step."""
     if type(root._func) is str:
         return root._func
-    if flow is not None and len(flow.stack) > 1:
-        return _describe(flow.stack[1]._func)[0]
-    queue = root._queue
-    if queue:
-        item = queue[-1] if flow is not None else queue[0]  # a running root's queue is reversed
-        return _describe(item[0] if type(item) is tuple else item)[0]
-    return "(no step)"
+    flow = root._flow
+    first = getattr(flow, "first", None)
+    if first is None:
+        if flow is not None:
+            if len(flow.stack) > 1:
+                return _describe(flow.stack[1]._func)[0]
+            return "(no step)"
+        queue = root._queue
+        if not queue:
+            return "(no step)"
+        first = queue[0]  # not started yet
+    return _describe(first[0] if type(first) is tuple else first)[0]
 
 
 def _root_label(flow: _Flow) -> str:
     root = flow.root
-    return f"{_root_name(root, root._flow)}#{_short_id(root)}"
+    return f"{_root_name(root)}#{_short_id(root)}"
 
 
 def _root(root: AsyncSteps, flow: _Flow | None, how: str, driver: AsyncTool,
           now: float | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": _root_name(root, flow), "id": _short_id(root), "runs": how}
+    out: dict[str, Any] = {"name": _root_name(root), "id": _short_id(root), "runs": how}
     since: float | None = getattr(flow, "since", None)
     # Its age: since it first waited (or yielded); a root that never did is not seen here, but
     # by a signal handler while its first burst runs (then None).
@@ -288,7 +295,7 @@ def _redis_entry(hook: object, arg: object) -> Any:
 
 def _holder(key: object) -> str:
     """Who holds a section: a flow (its root and innermost step) or a plain task."""
-    if type(key) is _Flow:
+    if isinstance(key, _Flow):
         if key.stack:
             step = _describe(key.stack[-1]._func)[0] if len(key.stack) > 1 else "(root)"
             branch = " (a parallel branch)" if key.par is not None else ""
