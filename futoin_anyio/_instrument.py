@@ -111,6 +111,7 @@ def add_instrument(instrument: Instrument, tool: Any = None) -> None:
     """
     global ACTIVE, HOOKED, _tools
     _check(instrument)
+    _broken[:] = [b for b in _broken if b is not instrument]  # registered anew: called again
     if tool is None:
         if instrument not in _global:
             _global.append(instrument)

@@ -178,6 +178,55 @@ async def test_per_tool_instruments_and_a_failing_instrument(
     assert not engine_side.ACTIVE
 
 
+async def test_run_hooks_bracket_each_turn_of_an_executed_root(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """before_root_run / after_root_run pair up around each turn of an executed root (its
+    steps, its branches), never for a promise() root; one that raises is removed."""
+    turns: list[str] = []
+
+    class Turns(Instrument):
+        def before_root_run(self, root: AsyncSteps) -> None:
+            turns.append("(")
+
+        def after_root_run(self, root: AsyncSteps) -> None:
+            turns.append(")")
+
+    class Broken(Instrument):
+        calls = 0
+
+        def before_root_run(self, root: AsyncSteps) -> None:
+            Broken.calls += 1
+            raise RuntimeError("broken tracer")
+
+    def step(asi: AsyncSteps) -> None:
+        turns.append("step")
+
+    def waits(asi: AsyncSteps) -> None:
+        asi.wait_external()
+        asi.tool.immediate(asi.success)
+
+    turns_instrument, broken = Turns(), Broken()
+    add_instrument(turns_instrument)
+    add_instrument(broken)
+    try:
+        async with AsyncTool():
+            root = AsyncSteps().add(step).add(waits).add(
+                lambda asi: asi.parallel().add(step).add(step))
+            root.execute()
+        await AsyncSteps().add(lambda asi: turns.append("promise")).promise()
+    finally:
+        remove_instrument(turns_instrument)
+        remove_instrument(broken)
+    assert Broken.calls == 1 and "broken tracer" in caplog.text
+    assert "step" in turns and turns[-1] == "promise"
+    depth = 0
+    for mark in turns[:-1]:  # balanced, and every step inside a bracket
+        depth += {"(": 1, ")": -1}.get(mark, 0)
+        assert depth >= (1 if mark == "step" else 0)
+    assert depth == 0
+    assert turns.count("(") >= 3  # the root's first run, after its wait, the branches
+
+
 def test_bad_registration() -> None:
     with pytest.raises(TypeError, match=r"instance of futoin_anyio\.Instrument"):
         add_instrument(object())  # type: ignore[arg-type]
