@@ -32,11 +32,11 @@ _new_handle = object.__new__
 _current_tool: ContextVar[AsyncTool | None] = ContextVar("futoin_anyio_tool", default=None)
 
 #: The registry of live roots, for the flow dump: a weak reference to every AsyncTool whose block
-#: was entered and to the private one of every ``promise()``, dropped from the set (by the
-#: reference's callback) as soon as the tool is freed. It keeps nothing alive; a tool lists its
-#: executed roots itself (``_roots``), a ``promise()`` driver its one root (``_main``). A weak
-#: reference with a callback and a set entry, all in C: some 1,700 instructions per promise(),
-#: made and dropped (see docs/seeing_inside.rst for what that is per root).
+#: was entered and to the private one of every ``promise()`` whose root waits (one that ends in
+#: its first run is never listed), dropped from the set (by the reference's callback) as soon as
+#: the tool is freed. It keeps nothing alive; a tool lists its executed roots itself (``_roots``),
+#: a ``promise()`` driver its one root (``_main``). A weak reference with a callback and a set
+#: entry, all in C: some 1,700 instructions per waiting promise(), made and dropped.
 _live: set[ReferenceType[AsyncTool]] = set()
 _live_add = _live.add
 _live_discard = _live.discard
@@ -86,7 +86,6 @@ class AsyncTool(_Driver):
         self = cls.__new__(cls)
         self._public = False
         self._init()
-        _live_add(_weakref(self, _live_discard))
         return self
 
     # -- the FTN12 §2.6 interface -------------------------------------------------------------

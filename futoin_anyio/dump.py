@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from threading import get_ident
+from types import FrameType
 from typing import Any
 
 from . import _instrument
@@ -80,12 +81,25 @@ def record_times(on: bool = True) -> None:
 
 def _drivers() -> list[AsyncTool]:
     """The AsyncTools (public, and the private ones of ``promise()``) bound to this thread's
-    running event loop and not over, from the weak registry of live tools, oldest first."""
+    running event loop and not over, from the weak registry of live tools, oldest first; and
+    those of the ``promise()`` calls on this thread's stack (a root still in its first run, not
+    listed yet: the one a signal interrupted, or the one whose step takes the snapshot)."""
     me = get_ident()
     found = [tool for tool in (ref() for ref in list(_live))
              if tool is not None and tool._thread == me and not tool._exited]
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is _PROMISE:
+            tool = frame.f_locals.get("driver")
+            if type(tool) is AsyncTool and not tool._exited and tool not in found:
+                found.append(tool)
+        frame = frame.f_back
     found.sort(key=_started)
     return found
+
+
+#: The code of ``AsyncSteps.promise()``: a frame of it on the stack holds its driver.
+_PROMISE = AsyncSteps.promise.__code__
 
 
 def _started(tool: AsyncTool) -> float:

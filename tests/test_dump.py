@@ -386,6 +386,25 @@ async def test_the_registry_of_live_tools_holds_nothing(monkeypatch: pytest.Monk
     assert dump.snapshot()["roots"] == []
 
 
+async def test_a_root_in_its_first_run_is_found_on_the_stack() -> None:
+    """A promise() root is listed in the registry only once it waits; until then (a step stuck
+    in a busy loop that a signal interrupts, or a step taking the snapshot) the dump finds it on
+    the stack of its thread."""
+    from futoin_anyio._tool import _live
+
+    snaps: list[dict[str, Any]] = []
+    before = len(_live)
+
+    def look(asi: AsyncSteps) -> None:
+        snaps.append(dump.snapshot())
+
+    await AsyncSteps(name="instant").add(look).promise()
+    assert len(_live) == before  # never listed: it never waited
+    (found,) = snaps[0]["roots"]
+    assert found["name"] == "instant" and found["runs"] == "promise()"
+    assert found["frames"][0]["step"].endswith(".look")
+
+
 async def test_a_root_started_before_times_were_asked_is_named_after_its_active_step() -> None:
     dump.record_times(False)
 
