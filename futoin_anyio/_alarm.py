@@ -31,7 +31,11 @@ from contextvars import Context
 from heapq import heapify, heappop, heappush
 from typing import Any
 
-__all__ = ("Alarm", "arm")
+__all__ = ("TASK_NAME", "Alarm", "arm")
+
+#: The name of the one system task per trio run that sleeps until the nearest alarm. A service of
+#: the run, like trio's own system tasks: it holds no root, and ends with the run.
+TASK_NAME = "futoin_anyio timeout alarms"
 
 logger = logging.getLogger("futoin_anyio")
 
@@ -131,8 +135,7 @@ def _sleeper() -> _Sleeper:
         _run_var.set(sleeper)
         # A fresh context: the task serves every flow of the run, none of whose context it
         # should carry (nor keep alive).
-        trio.lowlevel.spawn_system_task(sleeper.run, name="futoin_anyio timeout alarms",
-                                        context=Context())
+        trio.lowlevel.spawn_system_task(sleeper.run, name=TASK_NAME, context=Context())
     return sleeper
 
 

@@ -9,6 +9,7 @@ import anyio.lowlevel
 import pytest
 
 from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError
+from futoin_anyio._alarm import TASK_NAME as ALARM_TASK
 from futoin_anyio.testing import BACKENDS, backend
 
 pytestmark = pytest.mark.anyio
@@ -293,7 +294,7 @@ async def test_an_inline_timeout_that_does_not_fire_leaves_nothing_awake(
 
         class Steps(trio.abc.Instrument):
             def before_task_step(self, task: trio.lowlevel.Task) -> None:
-                if task.name == "futoin_anyio timeout alarms":
+                if task.name == ALARM_TASK:
                     steps.append(trio.current_time())
 
         trio.lowlevel.add_instrument(Steps())
