@@ -53,7 +53,7 @@ from ._frame import (
     _own_ext,
     _run_cleanups,
 )
-from ._reasons import cancel_scope, expire_scope, flow_reason, timeout_info
+from ._reasons import cancel_scope, flow_reason, timeout_info
 from ._state import State
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -140,7 +140,7 @@ def _on_timeout(frame: AsyncSteps, timeout_ms: float = math.nan) -> None:
     state["last_exception"] = exc
     if _ins.ACTIVE:
         _ins.timed_out(flow, info)
-    flow.throw(Errors.Timeout, None)
+    flow.throw(Errors.Timeout, info)
 
 
 class _Flow:
@@ -162,13 +162,9 @@ class _Flow:
         "queued",
         "result_code",
         "root",
-        # When a root first waited or yielded (time.monotonic()), for the flow dump: set only
-        # then, never initialised (a root that completes at once pays nothing).
-        "since",
         "stack",
     )
 
-    since: float
     cancel_reason: str
 
     def __init__(self, driver: AsyncTool, root: AsyncSteps, stack: list[AsyncSteps],
@@ -353,12 +349,11 @@ class _Flow:
             raise exc  # KeyboardInterrupt, SystemExit, the backend's cancellation: never ours
         return self._unwind(code)
 
-    def throw(self, code: str, reason: str | None = None) -> None:
+    def throw(self, code: str, reason: str) -> None:
         """Raise ``code`` at the innermost active step (a timeout, an external error).
 
-        A coroutine step running in a task is interrupted first: with ``reason`` its scope is
-        cancelled with it; with ``None`` (a timeout) its deadline is made due, as the shared
-        scope of an inline run expires by its own deadline.
+        A coroutine step running (in a task, or awaited inline) is interrupted first: its scope
+        is cancelled with ``reason`` (a timeout's says whose limit it was).
         """
         if self.finished or self.root._status is CANCELLING:
             return
@@ -371,10 +366,7 @@ class _Flow:
         if top._status is CORO and ext is not None and ext.scope is not None:
             # Let the coroutine's own cleanup finish first: unwinding goes on when its task ends.
             ext.pending = code
-            if reason is None:
-                expire_scope(ext.scope)
-            else:
-                cancel_scope(ext.scope, reason)
+            cancel_scope(ext.scope, reason)
             return
         if self._unwind(code) is GO_ON:
             self.driver._schedule(self)
@@ -641,8 +633,7 @@ class _Flow:
         if self.executed:
             root = self.root
             driver._roots.discard(root)
-            if _ins.ACTIVE:
-                _ins.ended(root, driver, self.result_code)
+            # (Instruments hear of its end from _traced._HookedFlow, which overrides this.)
             root._flow = None  # no root <-> flow cycle: both are freed as soon as unreferenced
             code = self.result_code
             if code is not None and code != Errors.Cancelled:

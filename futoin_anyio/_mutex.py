@@ -97,12 +97,13 @@ class _Entry:
         entry.asi = asi
         entry.args = args
         entry.state = QUEUED
-        if _ins.TIMES:  # for the flow dump (AnyIO's current_time() would cost a backend lookup)
-            entry.since = monotonic()
         queue.append(entry)
         asi.wait_external()
-        if _ins.ACTIVE:
-            _ins.sync(asi._flow, "sync_waiting", mutex._label)
+        if _ins.HOOKED:  # only for the flow dump and instruments (one test when neither is on)
+            if _ins.TIMES:  # (AnyIO's current_time() would cost a backend lookup)
+                entry.since = monotonic()
+            if _ins.ACTIVE:
+                _ins.sync(asi._flow, "sync_waiting", mutex._label)
 
     def leave(self) -> None:
         """The entry's step ended, however: leave the queue, or give the place back."""
@@ -113,9 +114,8 @@ class _Entry:
             self.mutex._queue.discard(self)
         elif state is HELD:
             self.mutex._release(self.key)
-            key = self.key
-            if _ins.ACTIVE and type(key) is _Flow:
-                _ins.sync(key, "sync_left", self.mutex._label)
+            if _ins.ACTIVE and isinstance(self.key, _Flow):
+                _ins.sync(self.key, "sync_left", self.mutex._label)
 
     def __repr__(self) -> str:
         return f"<Mutex.sync {self.func!r} {state_name(self.state)}>"

@@ -83,11 +83,12 @@ class _Waiter:
         self.asi = asi
         self.args = args
         self.state = QUEUED
-        if _ins.TIMES:  # for the flow dump (AnyIO's current_time() would cost a backend lookup)
-            self.since = monotonic()
         queue.append(self)
-        if _ins.ACTIVE:
-            _ins.sync(asi._flow, "sync_waiting", throttle._label)
+        if _ins.HOOKED:  # only for the flow dump and instruments (one test when neither is on)
+            if _ins.TIMES:  # (AnyIO's current_time() would cost a backend lookup)
+                self.since = monotonic()
+            if _ins.ACTIVE:
+                _ins.sync(asi._flow, "sync_waiting", throttle._label)
         asi.set_cancel(self.abandon)
         asi.wait_external()
         throttle._sync_timer()
