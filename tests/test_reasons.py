@@ -28,15 +28,22 @@ def _reason(exc: BaseException) -> tuple[str | None, str | None]:
     return "asyncio", text.partition("; reason: ")[2] or None
 
 
+async def _sleep_seeing(seen: list[BaseException], started: anyio.Event | None = None) -> None:
+    """Sleep until cancelled (setting ``started`` first); the cancellation goes to ``seen``."""
+    try:
+        if started is not None:
+            started.set()
+        await anyio.sleep(10)
+    except anyio.get_cancelled_exc_class() as exc:
+        seen.append(exc)
+        raise
+
+
 async def _timed_out(path: str) -> tuple[tuple[str | None, str | None], FutoInError]:
     seen: list[BaseException] = []
 
     async def fetch_orders(asi: AsyncSteps) -> None:
-        try:
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class() as exc:
-            seen.append(exc)
-            raise
+        await _sleep_seeing(seen)
 
     def timed(asi: AsyncSteps) -> None:
         asi.set_timeout(100)
@@ -113,12 +120,7 @@ async def _cancelled_root(branch: bool, user_reason: str | None
     started = anyio.Event()
 
     async def waiting(asi: AsyncSteps) -> None:
-        try:
-            started.set()
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class() as exc:
-            seen.append(exc)
-            raise
+        await _sleep_seeing(seen, started)
 
     root = AsyncSteps()
     if branch:
@@ -154,11 +156,7 @@ async def test_sibling_failure_reason() -> None:
     seen: list[BaseException] = []
 
     async def waiting(asi: AsyncSteps) -> None:
-        try:
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class() as exc:
-            seen.append(exc)
-            raise
+        await _sleep_seeing(seen)
 
     async def failing(asi: AsyncSteps) -> None:
         await anyio.sleep(0.01)
@@ -175,11 +173,7 @@ async def test_outer_error_unwinding_a_parallel_step_reason() -> None:
     seen: list[BaseException] = []
 
     async def waiting(asi: AsyncSteps) -> None:
-        try:
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class() as exc:
-            seen.append(exc)
-            raise
+        await _sleep_seeing(seen)
 
     def outer(asi: AsyncSteps) -> None:
         asi.set_timeout(50)
@@ -196,11 +190,7 @@ async def test_outer_cancellation_passes_through_unchanged() -> None:
     seen: list[BaseException] = []
 
     async def waiting(asi: AsyncSteps) -> None:
-        try:
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class() as exc:
-            seen.append(exc)
-            raise
+        await _sleep_seeing(seen)
 
     for branch in (False, True):
         seen.clear()
@@ -227,12 +217,7 @@ async def test_an_async_tool_root_cancel_reason() -> None:
     started = anyio.Event()
 
     async def waiting(asi: AsyncSteps) -> None:
-        try:
-            started.set()
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class() as exc:
-            seen.append(exc)
-            raise
+        await _sleep_seeing(seen, started)
 
     codes: list[str] = []
     async with AsyncTool():
@@ -257,11 +242,7 @@ async def test_a_callers_nearer_deadline_keeps_its_own_story() -> None:
     seen: list[BaseException] = []
 
     async def waiting(asi: AsyncSteps) -> None:
-        try:
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class() as exc:
-            seen.append(exc)
-            raise
+        await _sleep_seeing(seen)
 
     root = AsyncSteps()
     root.add(lambda asi: (asi.set_timeout(5000), asi.add(waiting)))
