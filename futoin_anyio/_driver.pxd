@@ -6,7 +6,7 @@ from futoin_anyio._flow cimport _coroutine_done, _Flow, _flow_deadline
 
 # Not final: AsyncTool (_tool.py) is its subclass.
 cdef class _Driver:
-    cdef public object _clock, _ctx_token, _current, _fatal, _helper_ended, _inline
+    cdef public object _clock, _ctx_token, _current, _fatal, _helper_ended, _inline, _inline_alarm
     cdef public object _inline_next, _inline_scope, _instruments, _joins, _library, _main
     cdef public object _pending_coros, _raw_idle, _raw_tasks, _ready, _roots, _sleep_scope
     cdef public object _tasks_idle, _tg, _thread, _threadsafe, _timers

@@ -35,6 +35,8 @@ from anyio import CancelScope, create_task_group, get_cancelled_exc_class
 from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint
 
+from ._alarm import Alarm
+from ._alarm import arm as arm_alarm
 from ._errors import Errors, FutoInError
 from ._flow import (
     _close_unstarted,
@@ -145,6 +147,7 @@ class _Driver:
     """The driver's state and machinery; :class:`~futoin_anyio.AsyncTool` is the one subclass."""
 
     _instruments: list[Any] | None
+    _inline_alarm: Alarm | None
 
     __slots__ = (
         "_clock",
@@ -158,6 +161,9 @@ class _Driver:
         "_helper_ended",
         "_inflight",
         "_inline",
+        # The alarm of the flow's nearest set_timeout() while it is awaited inline (_alarm):
+        # set by each inline run, read only during one.
+        "_inline_alarm",
         "_inline_next",
         "_inline_scope",
         # An AsyncTool's own instruments (_instrument.add_instrument(..., tool=)): never
@@ -254,7 +260,9 @@ class _Driver:
             self._library = "asyncio"
             self._clock = loop.time
         else:
+            global _trio_lowlevel
             trio = sys.modules["trio"]
+            _trio_lowlevel = trio.lowlevel
             self._threadsafe = trio.lowlevel.current_trio_token()
             self._library = "trio"
             # The run's clock itself: trio.current_time() goes through three more calls.
@@ -375,8 +383,8 @@ class _Driver:
             if kind is _Future:
                 if not sleeper.done():
                     sleeper.set_result(None)
-            elif kind is _trio_task_type():
-                _trio_reschedule(sleeper)
+            elif kind is _trio_lowlevel.Task:
+                _trio_lowlevel.reschedule(sleeper)
             else:
                 sleeper.cancel()
         elif self._inline is not None and not self._helper:
@@ -390,7 +398,11 @@ class _Driver:
             return
         tg = self._tg
         if tg is not None:
-            tg.start_soon(runner, step, coro, name=_task_name(step))
+            # trio's own nursery (a promise() driver's, see _drive) names a task after the
+            # object it is given, as module.qualname; AnyIO's task groups want the string.
+            tg.start_soon(runner, step, coro, name=step._func
+                          if self._library == "trio" and self._main is not None
+                          else _task_name(step))
         elif self._inline_scope is not None:
             # The caller is awaiting a coroutine step inline: no task group can be opened in its
             # task now, and this coroutine may be what the inline one waits for.
@@ -544,12 +556,15 @@ class _Driver:
         flow = step._flow
         assert flow is not None
         interrupted: AsyncSteps | None = None
+        # The scope has no deadline: an alarm fires the flow's timeout instead, whose handler
+        # cancels the scope with its reason (see _alarm). Without a deadline argument the
+        # constructor also skips its deadline handling (about 40 % of its cost).
+        self._inline_alarm = None
         deadline = _flow_deadline(flow)
-        scope_type = scope_class(self._library)
-        # No deadline argument unless there is one: on both backends the constructor then
-        # skips its deadline handling (about 40 % of its cost).
+        if deadline != math.inf:
+            self._arm_inline(deadline)
         try:
-            with scope_type(deadline=deadline) if deadline != math.inf else scope_type() as scope:
+            with scope_class(self._library)() as scope:
                 self._inline_scope = scope
                 while True:
                     self._inline_next = None
@@ -613,15 +628,58 @@ class _Driver:
                         break
                     step = following
                     deadline = _flow_deadline(flow)
-                    if deadline != scope.deadline:
-                        scope.deadline = deadline
+                    alarm = self._inline_alarm
+                    if deadline != (math.inf if alarm is None else alarm.when):
+                        self._arm_inline(deadline)
         finally:
+            alarm = self._inline_alarm
+            if alarm is not None:
+                self._inline_alarm = None
+                alarm.disarm()
             self._inline_scope = None
             self._inline_next = None
             if self._helper:
                 await self._join_helper()
         if interrupted is not None and self._fatal is None:
             _inline_cancelled(self, interrupted)
+
+    def _arm_inline(self, deadline: float) -> None:
+        """The inline run's alarm goes off at ``deadline`` (the flow's nearest timeout) from now
+        on; none for ``math.inf``. During an inline run only (it sets ``_inline_alarm``)."""
+        alarm: Alarm | None = self._inline_alarm
+        if alarm is not None:
+            if alarm.when == deadline:
+                return
+            alarm.disarm()
+        self._inline_alarm = None if deadline == math.inf else arm_alarm(
+            self._library, self._threadsafe, deadline, self._inline_due)
+
+    def _inline_due(self) -> None:
+        """The alarm of the inline run: fire the flow's due ``set_timeout()`` (its handler
+        cancels the inline scope, with its reason) or, woken early, wait on."""
+        self._inline_alarm = None
+        flow = self._main
+        if self._inline_scope is None or flow is None or flow.finished:
+            return
+        now = self._clock()
+        due: AsyncSteps | None = None
+        for frame in flow.stack:
+            ext = frame._ext
+            if ext is not None and ext.timer is not None and (
+                    due is None or ext.deadline < due._ext.deadline):  # type: ignore[union-attr]
+                due = frame
+        if due is None:
+            return
+        ext = due._ext
+        assert ext is not None and ext.timer is not None
+        if ext.deadline > now:  # asyncio may call a little early (its clock's resolution)
+            self._arm_inline(ext.deadline)
+            return
+        handle = ext.timer
+        if handle._tool is not None:  # as _fire_timers() runs it; its heap entry is skipped
+            handle._tool = None
+            self._pending -= 1
+            _run_callback(handle)
 
     def _join(self, flows: list[_Flow], then: Callable[[], object]) -> None:
         """Call ``then()`` once no coroutine runs under ``flows`` any more (see
@@ -805,13 +863,11 @@ class _Driver:
             assert self._tg is not None
             cancel_scope(self._tg.cancel_scope, _fatal_reason(self._fatal))
 
-    def _task_started(self) -> None:
-        self._coro_tasks += 1
-
-    def _task_ended(self) -> None:
-        self._coro_tasks -= 1
+    def _tasks_now_idle(self) -> None:
+        """The last coroutine task ended (``_coro_tasks`` is 0; counted in ``_run_coroutine``):
+        wake whoever waits in :meth:`_tasks_ended`."""
         idle = self._tasks_idle
-        if not self._coro_tasks and idle is not None:
+        if idle is not None:
             self._tasks_idle = None
             idle.set()
 
@@ -892,17 +948,16 @@ def _set_result(future: Any) -> None:
         future.set_result(None)
 
 
-def _trio_task_type() -> type:
-    trio = sys.modules.get("trio")
-    return trio.lowlevel.Task if trio is not None else _NoType
+class _NoTrio:
+    """Stands for ``trio.lowlevel`` until a driver binds to trio: its ``Task`` is no type a
+    sleeper can have."""
+
+    class Task:
+        pass
 
 
-def _trio_reschedule(task: Any) -> None:
-    sys.modules["trio"].lowlevel.reschedule(task)
-
-
-class _NoType:
-    """Stands for trio's Task type where trio was never imported."""
+#: ``trio.lowlevel`` once a driver has bound to trio (see :meth:`_Driver._bind`).
+_trio_lowlevel: Any = _NoTrio
 
 
 def _task_name(step: AsyncSteps) -> str:

@@ -20,7 +20,7 @@ class FutoInError(Exception):
     info: Any
 
     def __init__(self, code: str, info: Any = None) -> None:
-        super().__init__(code, info)
+        self.args = (code, info)  # what BaseException.__init__ sets, without a super() call
         self.code = code
         self.info = info
 

@@ -5,12 +5,12 @@ from futoin_anyio._frame cimport _end_ext, _Ext, _Frame, _own_ext
 from futoin_anyio._loops cimport _LoopRun
 
 
-@cython.final
+# Not final: _traced._HookedFlow and _TracedFlow (flows of roots started while instruments or
+# the flow dump's times are on) are its subclasses, and override run() and _root_done().
 @cython.freelist(32)
 cdef class _Flow:
     cdef object __weakref__
     cdef public object args, cancel_reason, driver, loop_label, on_unhandled, par, result_code
-    cdef public object since
     cdef public bint executed, finished, interrupt, queued
     cdef public _Frame root
     cdef public list stack

@@ -30,8 +30,8 @@ import math
 import sys
 from collections.abc import Callable, Coroutine
 from functools import partial
-from inspect import iscoroutine
 from sys import getrefcount
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from anyio import CancelScope, get_cancelled_exc_class
@@ -54,7 +54,7 @@ from ._frame import (
     _own_ext,
     _run_cleanups,
 )
-from ._reasons import cancel_scope, expire_scope, flow_reason, timeout_info
+from ._reasons import cancel_scope, flow_reason, timeout_info
 from ._state import State
 
 if sys.version_info < (3, 11):  # pragma: no cover
@@ -141,11 +141,11 @@ def _on_timeout(frame: AsyncSteps, timeout_ms: float = math.nan) -> None:
     info = timeout_info(frame, timeout_ms)  # names the step and its limit, on every path
     exc = FutoInError(Errors.Timeout, info)
     state = frame.state
-    state.error_info = info
-    state.last_exception = exc
+    state["error_info"] = info
+    state["last_exception"] = exc
     if _ins.ACTIVE:
         _ins.timed_out(flow, info)
-    flow.throw(Errors.Timeout, None)
+    flow.throw(Errors.Timeout, info)
 
 
 class _Flow:
@@ -167,13 +167,9 @@ class _Flow:
         "queued",
         "result_code",
         "root",
-        # When a root first waited or yielded (time.monotonic()), for the flow dump: set only
-        # then, never initialised (a root that completes at once pays nothing).
-        "since",
         "stack",
     )
 
-    since: float
     cancel_reason: str
 
     def __init__(self, driver: AsyncTool, root: AsyncSteps, stack: list[AsyncSteps],
@@ -307,8 +303,10 @@ class _Flow:
                 return budget
             st = step._status
             if st is EXEC:
-                # A coroutine of the compiled build (await_()'s own) is no CoroutineType.
-                if res is not None and (iscoroutine(res) or isinstance(res, Coroutine)):
+                # A coroutine of the compiled build (await_()'s own) is no CoroutineType: the
+                # ABC check runs only for a result that is neither None nor a CoroutineType.
+                if res is not None and (
+                        isinstance(res, CoroutineType) or isinstance(res, Coroutine)):
                     self._start_coroutine(step, res)
                     return budget
                 q = step._queue
@@ -349,25 +347,24 @@ class _Flow:
         state = self.root.state
         if isinstance(exc, FutoInError):
             code = exc.code
-            if state.last_exception is not exc:
-                state.error_info = exc.info
-                state.last_exception = exc
+            if state["last_exception"] is not exc:
+                state["error_info"] = exc.info
+                state["last_exception"] = exc
         elif isinstance(exc, BaseExceptionGroup) and _judgeable_group(exc):
             code = _judge_group(exc, state)
         elif isinstance(exc, Exception):
             code = Errors.Timeout if _is_timeout(exc) else Errors.InternalError
-            state.error_info = f"{type(exc).__name__}: {exc}"
-            state.last_exception = exc
+            state["error_info"] = f"{type(exc).__name__}: {exc}"
+            state["last_exception"] = exc
         else:
             raise exc  # KeyboardInterrupt, SystemExit, the backend's cancellation: never ours
         return self._unwind(code)
 
-    def throw(self, code: str, reason: str | None = None) -> None:
+    def throw(self, code: str, reason: str) -> None:
         """Raise ``code`` at the innermost active step (a timeout, an external error).
 
-        A coroutine step running in a task is interrupted first: with ``reason`` its scope is
-        cancelled with it; with ``None`` (a timeout) its deadline is made due, as the shared
-        scope of an inline run expires by its own deadline.
+        A coroutine step running (in a task, or awaited inline) is interrupted first: its scope
+        is cancelled with ``reason`` (a timeout's says whose limit it was).
         """
         if self.finished or self.root._status is CANCELLING:
             return
@@ -380,10 +377,7 @@ class _Flow:
         if top._status is CORO and ext is not None and ext.scope is not None:
             # Let the coroutine's own cleanup finish first: unwinding goes on when its task ends.
             ext.pending = code
-            if reason is None:
-                expire_scope(ext.scope)
-            else:
-                cancel_scope(ext.scope, reason)
+            cancel_scope(ext.scope, reason)
             return
         if self._unwind(code) is GO_ON:
             self.driver._schedule(self)
@@ -407,7 +401,7 @@ class _Flow:
         state = self.root.state
         self.args = _NO_ARGS  # steps an error handler adds start with no arguments
         if fresh and code != Errors.LoopBreak and code != Errors.LoopCont:
-            state.async_stack = (
+            state["async_stack"] = (
                 [f._func for f in stack[1:]] if self.par is None else _step_path(self))
             if _ins.ACTIVE:
                 _ins.failed(self, stack[-1], code, state.get("error_info"))
@@ -443,16 +437,16 @@ class _Flow:
             except FutoInError as exc:
                 if self._cancelled():
                     return FAILED
-                if state.last_exception is not exc:
-                    state.error_info = exc.info
-                    state.last_exception = exc
+                if state["last_exception"] is not exc:
+                    state["error_info"] = exc.info
+                    state["last_exception"] = exc
                 code = exc.code
             except Exception as exc:
                 if self._cancelled():
                     return FAILED
                 code = Errors.InternalError
-                state.error_info = f"{type(exc).__name__}: {exc}"
-                state.last_exception = exc
+                state["error_info"] = f"{type(exc).__name__}: {exc}"
+                state["last_exception"] = exc
             else:
                 if handler._status is DONE:  # success(): go on after the failed step
                     stack.pop()
@@ -523,8 +517,8 @@ class _Flow:
                 else:
                     state = self.root.state
                     code = Errors.InternalError
-                    state.error_info = f"{type(exc).__name__}: {exc}"
-                    state.last_exception = exc
+                    state["error_info"] = f"{type(exc).__name__}: {exc}"
+                    state["last_exception"] = exc
         if ext.cleanups or ext.on_exit is not None:
             _run_cleanups(ext)
         return code
@@ -630,14 +624,18 @@ class _Flow:
             label = self.loop_label
             if label is not None and (code == Errors.LoopBreak or code == Errors.LoopCont):
                 what = "break_loop" if code == Errors.LoopBreak else "continue_loop"
-                self.root.state.error_info = f"{what}({label!r}): no enclosing loop has that label"
+                self.root.state["error_info"] = (
+                    f"{what}({label!r}): no enclosing loop has that label")
             self._root_done()
-        elif code is None:
-            self._drop_links()
-            par.branch_done()
         else:
-            self._drop_links()
-            par.branch_failed(self, code)
+            # A finished branch lets go of its container and parallel run (_drop_links(),
+            # written out on this hot path).
+            self.stack.clear()
+            self.par = None
+            if code is None:
+                par.branch_done()
+            else:
+                par.branch_failed(self, code)
 
     def _root_done(self) -> None:
         driver = self.driver
@@ -646,8 +644,7 @@ class _Flow:
         if self.executed:
             root = self.root
             driver._roots.discard(root)
-            if _ins.ACTIVE:
-                _ins.ended(root, driver, self.result_code)
+            # (Instruments hear of its end from _traced._HookedFlow, which overrides this.)
             root._flow = None  # no root <-> flow cycle: both are freed as soon as unreferenced
             code = self.result_code
             if code is not None and code != Errors.Cancelled:
@@ -749,13 +746,14 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     driver = flow.driver
     error: BaseException | None = None
     result: Any = None
-    driver._task_started()
+    driver._coro_tasks += 1
     try:
         if step._status is not CORO or flow.finished or flow.root._status is CANCELLING:
             # Cancelled before its task could start (the root's cancel() may be waiting for it).
             coro.close()
             return
-        with scope_class(driver._library)() as scope:
+        library = driver._library
+        with (_scope_classes.get(library) or scope_class(library))() as scope:
             try:
                 result, error = await _await_step(step, scope)
             except BaseException as exc:
@@ -765,7 +763,9 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
                 return
     finally:
         ext.coro = None
-        driver._task_ended()
+        driver._coro_tasks -= 1
+        if not driver._coro_tasks:
+            driver._tasks_now_idle()
         if driver._joins:  # an unwinding or a cancel() may wait for this coroutine
             driver._soon(driver._check_joins)
     _coroutine_done(step, result, error, False)
@@ -917,11 +917,11 @@ def _judge_group(group: BaseExceptionGroup[Any], state: State) -> str:
     errors = [e for e in _leaves(group) if isinstance(e, Exception)]
     for exc in errors:
         if isinstance(exc, FutoInError):
-            state.error_info = exc.info
-            state.last_exception = exc if len(errors) == 1 else group
+            state["error_info"] = exc.info
+            state["last_exception"] = exc if len(errors) == 1 else group
             return exc.code
-    state.error_info = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
-    state.last_exception = group
+    state["error_info"] = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
+    state["last_exception"] = group
     if len(errors) == 1 and _is_timeout(errors[0]):
         return Errors.Timeout
     return Errors.InternalError

@@ -28,9 +28,11 @@ logger = logging.getLogger("futoin_anyio")
 
 #: True while any instrument is registered, globally or on a tool: the one test the engine makes.
 ACTIVE = False
-#: True once the flow dump asked for times (``dump.record_times()``): a waiting root and a queued
-#: sync entry then note when they began to wait (a clock read each), for its ages and waits.
+#: True once the flow dump asked for times (``dump.record_times()``): a root then notes when it
+#: starts, and a queued sync entry when it began to wait (a clock read each), for its ages.
 TIMES = False
+#: ``ACTIVE or TIMES``: the one test a root's start makes.
+HOOKED = False
 _global: list[Instrument] = []
 _tools = 0  # tools with instruments of their own
 
@@ -77,6 +79,24 @@ class Instrument:
     def sync_left(self, root: AsyncSteps, what: str) -> None:
         """A flow of the root left the section of ``what``."""
 
+    def before_root_run(self, root: AsyncSteps) -> None:
+        """A root started with ``execute()`` is about to run some of its steps in its
+        AsyncTool's task (a burst of steps, the unwinding of an error or a timeout, a cancel).
+
+        Such a root has no task of its own: its steps run in the tool's task, in turns with the
+        other roots, so a context variable the caller of ``execute()`` had set is not current
+        there. Set one here and reset it in :meth:`after_root_run` (called after every call of
+        this one, in the same task, with no task switch between): the root's plain steps and
+        handlers see it, and so do the tasks of its ``async def`` steps, which copy the context
+        when they start. As ``trio.abc.Instrument.before_task_step``, in spirit.
+
+        Called only on instruments whose class overrides it or :meth:`after_root_run`, chosen
+        when the root starts, and never for a ``promise()`` root (it runs in the awaiting task,
+        in the context :meth:`root_started` was called in)."""
+
+    def after_root_run(self, root: AsyncSteps) -> None:
+        """The root's steps stop running for now (see :meth:`before_root_run`)."""
+
 
 def _check(instrument: object) -> None:
     if not isinstance(instrument, Instrument):
@@ -89,8 +109,9 @@ def add_instrument(instrument: Instrument, tool: Any = None) -> None:
 
     Any thread (a registration is one list append). Adding it twice is a no-op.
     """
-    global ACTIVE, _tools
+    global ACTIVE, HOOKED, _tools
     _check(instrument)
+    _broken[:] = [b for b in _broken if b is not instrument]  # registered anew: called again
     if tool is None:
         if instrument not in _global:
             _global.append(instrument)
@@ -104,12 +125,12 @@ def add_instrument(instrument: Instrument, tool: Any = None) -> None:
             _tools += 1
         if instrument not in mine:
             mine.append(instrument)
-    ACTIVE = True
+    ACTIVE = HOOKED = True
 
 
 def remove_instrument(instrument: Instrument, tool: Any = None) -> None:
     """Unregister ``instrument`` (globally, or from ``tool``); a no-op if it is not there."""
-    global ACTIVE, _tools
+    global ACTIVE, HOOKED, _tools
     if tool is None:
         if instrument in _global:
             _global.remove(instrument)
@@ -121,6 +142,14 @@ def remove_instrument(instrument: Instrument, tool: Any = None) -> None:
                 tool._instruments = None
                 _tools -= 1
     ACTIVE = bool(_global) or _tools > 0
+    HOOKED = ACTIVE or TIMES
+
+
+def record_times(on: bool) -> None:
+    """Turn the notes of :data:`TIMES` on or off (``dump.record_times()``)."""
+    global TIMES, HOOKED
+    TIMES = bool(on)
+    HOOKED = ACTIVE or TIMES
 
 
 def _call(driver: _Driver | None, method: str, *args: Any) -> None:
@@ -138,19 +167,59 @@ def _call(driver: _Driver | None, method: str, *args: Any) -> None:
                 remove_instrument(instrument, driver)
 
 
+def _overrides_run_hooks(instrument: Instrument) -> bool:
+    cls = type(instrument)
+    return (cls.before_root_run is not Instrument.before_root_run
+            or cls.after_root_run is not Instrument.after_root_run)
+
+
+def run_tracers(driver: _Driver) -> tuple[Instrument, ...]:
+    """The instruments to call around each run of a root executed in ``driver``'s tool."""
+    mine: list[Instrument] | None = getattr(driver, "_instruments", None) if _tools else None
+    targets = _global if not mine else [*_global, *mine]
+    return tuple(i for i in targets if _overrides_run_hooks(i))
+
+
+def call_tracers(tracers: tuple[Instrument, ...], method: str, root: AsyncSteps) -> None:
+    """``before_root_run`` / ``after_root_run`` on each of ``tracers``; one that raises is logged
+    and removed (from every registration; this root keeps calling the others)."""
+    for instrument in tracers:
+        if _broken and any(instrument is b for b in _broken):
+            continue
+        try:
+            getattr(instrument, method)(root)
+        except Exception:
+            logger.exception("instrument %r raised in %s(); it is removed", instrument, method)
+            _broken.append(instrument)
+            remove_instrument(instrument)
+            tool = getattr(root, "_tool", None)
+            if tool is not None and getattr(tool, "_public", False):
+                remove_instrument(instrument, tool)
+
+
+#: Tracers removed because they raised: the roots that chose them call them no more.
+_broken: list[Instrument] = []
+
+
 # -- the engine's calls (only when ACTIVE) -----------------------------------------------------
 
 
-def started(root: AsyncSteps, driver: _Driver, awaited: bool) -> None:
-    queue = root._queue
+def root_name(root: AsyncSteps) -> str:
+    """A root's name: the one it was given (``AsyncSteps(name=...)``), else the qualname of its
+    first step (kept by its flow once it started, the head of its queue before)."""
     if type(root._func) is str:  # the name it was given
-        name = root._func
-    elif queue:
-        item = queue[-1] if root._flow is not None else queue[0]  # a started root's is reversed
-        name = step_name(item[0] if type(item) is tuple else item)
-    else:
-        name = "(no step)"
-    _call(driver, "root_started", root, name, awaited)
+        return root._func
+    first = getattr(root._flow, "first", None)
+    if first is None:
+        queue = root._queue
+        if not queue or root._flow is not None:
+            return "(no step)"
+        first = queue[0]
+    return step_name(first[0] if type(first) is tuple else first)
+
+
+def started(root: AsyncSteps, driver: _Driver, awaited: bool) -> None:
+    _call(driver, "root_started", root, root_name(root), awaited)
 
 
 def ended(root: AsyncSteps, driver: _Driver, outcome: str | None) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, final
 
-from ._mutex import Mutex
+from ._mutex import Mutex, _Entry
 from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
@@ -19,6 +19,7 @@ from ._sync_common import (
     task_key,
 )
 from ._throttle import Throttle
+from ._throttle import _Section as ThrottleSection
 from ._types import ErrorHandler, StepFunc
 from ._waitqueue import WaitQueue
 
@@ -42,21 +43,15 @@ class LimiterStatistics:
     rejected: int
 
 
-class _Section:
-    """The critical section of the Limiter's Mutex: the Throttle's ``sync()`` of ``func``."""
+class _Section(ThrottleSection):
+    """The critical section of the Limiter's Mutex: the rate check, then ``func``.
 
-    __slots__ = ("func", "onerror", "throttle")
+    The Throttle's own section step (see :mod:`._throttle`); run within the Mutex entry's step
+    when a place is free at once (``_runs_in_entry``), so an entry that gets in at once adds no
+    step of its own before ``func``.
+    """
 
-    def __init__(self, throttle: Throttle, func: StepFunc, onerror: ErrorHandler | None) -> None:
-        self.throttle = throttle
-        self.func = func
-        self.onerror = onerror
-
-    def __call__(self, asi: AsyncSteps, *args: Any) -> None:
-        # Sub-steps start with no arguments: hand the incoming ones on to the Throttle's step.
-        if args:
-            asi.success_step(*args)
-        self.throttle.sync(asi, self.func, self.onerror)
+    __slots__ = ()
 
     def __repr__(self) -> str:
         return f"<Limiter.sync {self.func!r}>"
@@ -118,7 +113,7 @@ class Limiter:
         as if there were no Limiter. ``onerror`` is ``func``'s error handler.
         """
         check_section("Limiter", func, onerror)
-        self._mutex.sync(asi, _Section(self._throttle, func, onerror))
+        asi.add(_Entry(self._mutex, _Section(self._throttle, func, onerror), None))
 
     # -- plain AnyIO ------------------------------------------------------------------------------
 

@@ -81,10 +81,14 @@ class _Entry:
             entry.state = HELD
             if _ins.ACTIVE:
                 _ins.sync(asi._flow, "sync_entered", mutex._label)
+            func = entry.func
+            if getattr(type(func), "_runs_in_entry", False):
+                func(asi, *args)  # a Limiter's rate check: in this step, not one of its own
+                return
             # Sub-steps start with no arguments: hand the incoming ones on to ``func``.
             if args:
                 asi.success_step(*args)
-            asi.add(entry.func, entry.onerror)
+            asi.add(func, entry.onerror)
             return
         queue = mutex._queue
         if queue.full():
@@ -93,12 +97,13 @@ class _Entry:
         entry.asi = asi
         entry.args = args
         entry.state = QUEUED
-        if _ins.TIMES:  # for the flow dump (AnyIO's current_time() would cost a backend lookup)
-            entry.since = monotonic()
         queue.append(entry)
         asi.wait_external()
-        if _ins.ACTIVE:
-            _ins.sync(asi._flow, "sync_waiting", mutex._label)
+        if _ins.HOOKED:  # only for the flow dump and instruments (one test when neither is on)
+            if _ins.TIMES:  # (AnyIO's current_time() would cost a backend lookup)
+                entry.since = monotonic()
+            if _ins.ACTIVE:
+                _ins.sync(asi._flow, "sync_waiting", mutex._label)
 
     def leave(self) -> None:
         """The entry's step ended, however: leave the queue, or give the place back."""
@@ -109,9 +114,8 @@ class _Entry:
             self.mutex._queue.discard(self)
         elif state is HELD:
             self.mutex._release(self.key)
-            key = self.key
-            if _ins.ACTIVE and type(key) is _Flow:
-                _ins.sync(key, "sync_left", self.mutex._label)
+            if _ins.ACTIVE and isinstance(self.key, _Flow):
+                _ins.sync(self.key, "sync_left", self.mutex._label)
 
     def __repr__(self) -> str:
         return f"<Mutex.sync {self.func!r} {state_name(self.state)}>"

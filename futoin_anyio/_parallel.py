@@ -94,10 +94,11 @@ class ParallelSteps:
         ext.par = run
         flows = run.flows
         root = flow.root
+        flow_class = type(flow)  # a traced root's branches are traced too (see _traced)
         for branch in branches:
             container = _new_frame(asi, flow, SUBSTEPS)
             container._queue = [branch]
-            bflow = _Flow(driver, root, [container], run)
+            bflow = flow_class(driver, root, [container], run)
             container._flow = bflow
             flows.append(bflow)
             driver._schedule(bflow)

@@ -2,25 +2,24 @@
 
 Every cancel scope the engine cancels is cancelled with a reason naming the cause (trio's
 ``CancelScope.cancel(reason)``, AnyIO's since 4.16): ``root.cancel()`` (or the user's own
-reason), ``sibling branch failed with NotFound``, ``parallel step unwound by Timeout``...
-A ``set_timeout()`` that expires is a deadline, on both paths: the scope of the coroutine step
-it interrupts expires (trio's ``Cancelled`` says ``deadline``, AnyIO's ``deadline exceeded``),
-exactly as the shared scope of an inline run does by its own deadline; the ``Timeout`` error's
-``info`` names the step and the limit.
+reason), ``sibling branch failed with NotFound``, ``parallel step unwound by Timeout``,
+``set_timeout(100 ms) of step fetch_orders``. A ``set_timeout()`` that expires is never left to
+a scope's deadline (which carries no reason of ours): its handler cancels the scope of the
+coroutine step it interrupts with the text that is also the ``Timeout`` error's ``info``, on both
+paths (a task of its own, or awaited inline: see ``_alarm``).
 
 Nothing here runs unless something is cancelled: the hot path pays nothing for reasons.
 """
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._flow import _Flow
     from ._steps import AsyncSteps
 
-__all__ = ("cancel_scope", "expire_scope", "flow_reason", "step_name", "timeout_info")
+__all__ = ("cancel_scope", "flow_reason", "step_name", "timeout_info")
 
 
 def step_name(func: object) -> str:
@@ -47,13 +46,6 @@ def cancel_scope(scope: Any, reason: str) -> None:
         scope.cancel(reason)
     except TypeError:  # pragma: no cover - AnyIO < 4.16
         scope.cancel()
-
-
-def expire_scope(scope: Any) -> None:
-    """Make ``scope``'s deadline due now: the backend cancels it as a deadline, the same way
-    the shared scope of an inline run is cancelled by a ``set_timeout()`` (one story on both
-    paths)."""
-    scope.deadline = -math.inf
 
 
 def flow_reason(flow: _Flow, default: str) -> str:

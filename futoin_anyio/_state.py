@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ("State",)
@@ -70,4 +71,15 @@ def fresh_state() -> State:
     """A new State with only the pre-defined keys: the engine's fast path for every root."""
     state: State = dict.__new__(State)
     state |= _PREDEFINED  # one C call (State has no __ior__ of its own)
+    return state
+
+
+def state_from(variables: Mapping[str, Any]) -> State:
+    """``State(variables)`` without the Python-level ``__init__`` (the engine's path for a
+    root's initial state): the same keys in the same order."""
+    state: State = dict.__new__(State)
+    dict.update(state, variables)
+    state.setdefault("error_info", None)
+    state.setdefault("last_exception", None)
+    state.setdefault("async_stack", ())
     return state

@@ -15,7 +15,6 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from inspect import CORO_CREATED, getcoroutinestate, isawaitable, iscoroutine
 from threading import get_ident
-from time import monotonic as _monotonic
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from anyio.lowlevel import cancel_shielded_checkpoint as _cancel_shielded_checkpoint
@@ -48,8 +47,9 @@ from ._frame import (
 from ._hooks import _binary
 from ._loops import _FOR_EACH, _LOOP, _REPEAT, _Loop
 from ._parallel import ParallelSteps
-from ._state import State, fresh_state
-from ._tool import AsyncTool, _check_ms, current_tool
+from ._state import State, fresh_state, state_from
+from ._tool import AsyncTool, _check_ms, _live_add, _live_discard, _weakref, current_tool
+from ._traced import hooked_flow
 from ._types import (
     CancelHandler,
     ErrorHandler,
@@ -129,13 +129,15 @@ class AsyncSteps(_Frame):
     _binary: Any
 
     def __init__(self, state: Mapping[str, Any] | None = None,
-                 tool: AsyncTool | None = None, *, name: str | None = None) -> None:
+                 tool: AsyncTool | None = None, name: str | None = None) -> None:
+        # (``name`` is not keyword-only: CPython looks a missing keyword-only argument up in a
+        # dict at every call, a measurable part of what an executed root costs.)
         if state is None:
             self._state = None
         elif isinstance(state, State):
             self._state = state
-        elif isinstance(state, Mapping):
-            self._state = State(state)
+        elif type(state) is dict or isinstance(state, Mapping):  # dict: no ABC check
+            self._state = state_from(state)
         else:
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
         if tool is not None and type(tool) is not AsyncTool:
@@ -385,8 +387,8 @@ class AsyncSteps(_Frame):
             if self._foreign_thread():
                 _wrong_thread("error() of a step that does not wait for an external event")
             state = self.state
-            state.error_info = info
-            state.last_exception = exc
+            state["error_info"] = info
+            state["last_exception"] = exc
             raise exc
         if st is WAIT:
             if self._foreign_thread():
@@ -404,8 +406,8 @@ class AsyncSteps(_Frame):
         flow = self._flow
         assert flow is not None
         state = self.state
-        state.error_info = exc.info
-        state.last_exception = exc
+        state["error_info"] = exc.info
+        state["last_exception"] = exc
         if flow.driver._current is None:
             flow.throw(exc.code, f"error({exc.code!r}) of the waiting step")
         else:
@@ -433,13 +435,10 @@ class AsyncSteps(_Frame):
         assert flow is not None
         driver = flow.driver
         ext.timer, ext.deadline = driver._call_timeout(delay, self, timeout_ms)
-        scope = driver._inline_scope
-        if scope is not None and driver._main is flow:
-            # The flow's coroutine steps are awaited inline: their shared scope has the flow's
-            # nearest deadline.
-            deadline = _flow_deadline(flow)
-            if deadline != scope.deadline:
-                scope.deadline = deadline
+        if driver._inline_scope is not None and driver._main is flow:
+            # The flow's coroutine steps are awaited inline: its alarm is the flow's nearest
+            # deadline.
+            driver._arm_inline(_flow_deadline(flow))
 
     def set_cancel(self, oncancel: CancelHandler) -> None:
         """Set the handler called once if this step is cancelled or unwound while active.
@@ -552,7 +551,7 @@ class AsyncSteps(_Frame):
         # Kept on the flow (root or branch) that raised it; a failing branch hands it to its
         # parent flow as the signal crosses the parallel step on its way out.
         flow.loop_label = label
-        self.state.error_info = None
+        self.state["error_info"] = None
         raise FutoInError(code)
 
     # -- control API (§2.2.3) -----------------------------------------------------------------
@@ -594,20 +593,18 @@ class AsyncSteps(_Frame):
         """First run of a root started with ``execute()`` (called by its AsyncTool)."""
         if self._status is not ROOT or self._flow is not None:
             return budget  # cancelled before it could start
+        tool = self._tool
+        assert tool is not None
+        # What instruments and the flow dump need is kept only while asked for (see _traced).
+        flow = _Flow(tool, self, [self], None) if not _ins.HOOKED else hooked_flow(tool, self, True)
         q = self._queue
         if q:
             q.reverse()
-        tool = self._tool
-        assert tool is not None
-        flow = _Flow(tool, self, [self], None)
         self._flow = flow
         flow.on_unhandled = self._unhandled
         flow.executed = True
         tool._current = flow
-        budget = flow.run(budget)
-        if _ins.TIMES and not flow.finished:
-            flow.since = _monotonic()  # for the flow dump: the root waits (or yields)
-        return budget
+        return flow.run(budget)
 
     @staticmethod
     def _no_tool(tool: AsyncTool | None) -> NoReturn:
@@ -651,8 +648,9 @@ class AsyncSteps(_Frame):
             finally:
                 driver._current = None
             if not flow.finished:
-                if _ins.TIMES:
-                    flow.since = _monotonic()  # for the flow dump: the root waits
+                # It waits: list it for the flow dump (a root that ended at once never is; one
+                # still in its first run is found on the stack of its thread: see dump).
+                _live_add(_weakref(driver, _live_discard))
                 if driver._inline_next is not None and driver._fatal is None \
                         and not driver._need_tg:
                     # The usual case (an async def step reached): no _loop() frame in between.
@@ -767,11 +765,14 @@ class AsyncSteps(_Frame):
             _internal(f"{what}: this root was already started")
 
     def _start(self, driver: AsyncTool) -> _Flow:
-        if _ins.ACTIVE:  # in the caller's context, before anything of the root runs
-            _ins.started(self, driver, True)
+        if not _ins.HOOKED:
+            flow = _Flow(driver, self, [self], None)
+        else:  # what instruments and the flow dump need is kept only while asked for
+            flow = hooked_flow(driver, self, False)
+            if _ins.ACTIVE:  # in the caller's context, before anything of the root runs
+                _ins.started(self, driver, True)
         if self._queue:
             self._queue.reverse()
-        flow = _Flow(driver, self, [self], None)
         self._flow = flow
         self._status = ROOT
         self._started = True

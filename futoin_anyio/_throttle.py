@@ -72,7 +72,8 @@ class _Waiter:
     def wait(self, asi: AsyncSteps, *args: Any) -> None:
         """The step that waits for the next period when the current one was full."""
         throttle = self.throttle
-        if throttle._enter_nowait(current_time(), asi._flow.driver._thread):  # type: ignore[union-attr]
+        driver = asi._flow.driver  # type: ignore[union-attr]
+        if throttle._enter_nowait(driver._clock(), driver._thread):
             self.state = HELD
             asi.success(*args)
             return
@@ -82,11 +83,12 @@ class _Waiter:
         self.asi = asi
         self.args = args
         self.state = QUEUED
-        if _ins.TIMES:  # for the flow dump (AnyIO's current_time() would cost a backend lookup)
-            self.since = monotonic()
         queue.append(self)
-        if _ins.ACTIVE:
-            _ins.sync(asi._flow, "sync_waiting", throttle._label)
+        if _ins.HOOKED:  # only for the flow dump and instruments (one test when neither is on)
+            if _ins.TIMES:  # (AnyIO's current_time() would cost a backend lookup)
+                self.since = monotonic()
+            if _ins.ACTIVE:
+                _ins.sync(asi._flow, "sync_waiting", throttle._label)
         asi.set_cancel(self.abandon)
         asi.wait_external()
         throttle._sync_timer()
@@ -107,6 +109,10 @@ class _Section:
 
     __slots__ = ("func", "onerror", "throttle")
 
+    #: A Mutex entry that gets its place at once calls this section in its own step (see
+    #: ``_mutex._Entry``) instead of adding it as a sub-step: the Limiter's case.
+    _runs_in_entry = True
+
     def __init__(self, throttle: Throttle, func: StepFunc, onerror: ErrorHandler | None) -> None:
         self.throttle = throttle
         self.func = func
@@ -116,8 +122,15 @@ class _Section:
         # Sub-steps start with no arguments: hand the incoming ones on (see Mutex).
         if args:
             asi.success_step(*args)
-        if not self.throttle._enter_nowait(current_time(), asi._flow.driver._thread):  # type: ignore[union-attr]
-            asi.add(_Waiter(self.throttle).wait)
+        throttle = self.throttle
+        driver = asi._flow.driver  # type: ignore[union-attr]
+        # The driver's clock is the event loop's (anyio.current_time() without its backend
+        # lookup).
+        if not throttle._enter_nowait(driver._clock(), driver._thread):
+            queue = throttle._queue
+            if queue.full():
+                queue.reject(asi)  # raises: no waiter to make and drop
+            asi.add(_Waiter(throttle).wait)
         asi.add(self.func, self.onerror)
 
     def __repr__(self) -> str:

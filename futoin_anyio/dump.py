@@ -11,25 +11,25 @@ shows them all::
                                                # python -m futoin_anyio.dump <pid>
 
 :func:`snapshot` returns a JSON-ready ``dict`` (the format is documented on the "Seeing
-inside" page); :func:`format_text` renders it as a tree. Per root: its name (the qualname of
-its outermost active step), how it runs (``promise()`` or an ``AsyncTool``), its state, the
-nearest ``set_timeout()`` deadline, and the path of its active frames — each step's qualname
-with file and line, loops with their label and iteration, parallel branches as children,
+inside" page); :func:`format_text` renders it as a tree. Per root: its name (the one given, or
+the qualname of its first step), how it runs (``promise()`` or an ``AsyncTool``), its state, its
+age, the nearest ``set_timeout()`` deadline, and the path of its active frames — each step's
+qualname with file and line, loops with their label and iteration, parallel branches as children,
 ``async def`` steps with the line each coroutine of the chain waits at (``cr_frame`` /
 ``cr_await``), and what a waiting step waits on: ``wait_external()``, a Mutex, Throttle or
 Limiter (its name, the queue position, since when, and who holds it), a timer.
 
-Nothing is paid until someone asks: there is no registry on the hot path. The live roots are
-found, when a snapshot is taken, among the objects the garbage collector tracks (every
-:class:`~futoin_anyio.AsyncTool`, and the private one of each ``promise()``), and nothing holds
-them afterwards. A snapshot therefore costs time in proportion to the number of objects of the
-process (tens of milliseconds per million): a debugging tool, not a metric to poll.
+The live roots are found through a weak registry of AsyncTools (each ``async with AsyncTool()``
+block, and the private tool of each ``promise()``: a weak reference made when it starts, gone
+with it), each of which lists its own roots; it keeps nothing alive. What the dump alone needs —
+a root's first step (its name) and start (its age), when a flow joined a sync queue — is noted
+only once :func:`record_times` was called (:func:`install_signal_handler` calls it); before that,
+a root is named after its outermost active step and ages are ``None``.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import os
@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from threading import get_ident
+from types import FrameType
 from typing import Any
 
 from . import _instrument
@@ -53,7 +54,7 @@ from ._reasons import timeout_info
 from ._steps import AsyncSteps, _AwaitStep, _SuccessStep
 from ._throttle import _Section as _ThrottleSection
 from ._throttle import _Waiter
-from ._tool import AsyncTool
+from ._tool import AsyncTool, _live
 from ._waitqueue import HELD, QUEUED
 
 __all__ = ("dump_path", "format_text", "install_signal_handler", "main", "record_times",
@@ -62,13 +63,17 @@ __all__ = ("dump_path", "format_text", "install_signal_handler", "main", "record
 #: The version of the snapshot's format (its ``"format"`` key).
 FORMAT = 1
 
+#: The clock of the times the engine notes for the dump (a root's start, a queue wait).
+_monotonic = time.monotonic
+
 
 def record_times(on: bool = True) -> None:
-    """From now on, note when each root first waits and when each flow joins a sync queue, so
-    that snapshots show ages and queue waits (``age_s``, ``for_s``, ``since``; ``None`` for what
-    began before). It costs a clock read per waiting root and per queued entry;
+    """From now on, note each root's first step and start, and when each flow joins a sync
+    queue, so that snapshots show names and ages (``age_s``, ``for_s``, ``since``; ``None`` for
+    what began before, and a root started before is named after its outermost active step). It
+    costs a few attribute stores and a clock read per root and per queued entry;
     :func:`install_signal_handler` turns it on."""
-    _instrument.TIMES = bool(on)
+    _instrument.record_times(on)
 
 
 # -- finding the live roots --------------------------------------------------------------------
@@ -76,10 +81,30 @@ def record_times(on: bool = True) -> None:
 
 def _drivers() -> list[AsyncTool]:
     """The AsyncTools (public, and the private ones of ``promise()``) bound to this thread's
-    running event loop and not over, found among the objects the collector tracks."""
+    running event loop and not over, from the weak registry of live tools, oldest first; and
+    those of the ``promise()`` calls on this thread's stack (a root still in its first run, not
+    listed yet: the one a signal interrupted, or the one whose step takes the snapshot)."""
     me = get_ident()
-    return [obj for obj in gc.get_objects()
-            if type(obj) is AsyncTool and obj._thread == me and not obj._exited]
+    found = [tool for tool in (ref() for ref in list(_live))
+             if tool is not None and tool._thread == me and not tool._exited]
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is _PROMISE:
+            tool = frame.f_locals.get("driver")
+            if type(tool) is AsyncTool and not tool._exited and tool not in found:
+                found.append(tool)
+        frame = frame.f_back
+    found.sort(key=_started)
+    return found
+
+
+#: The code of ``AsyncSteps.promise()``: a frame of it on the stack holds its driver.
+_PROMISE = AsyncSteps.promise.__code__
+
+
+def _started(tool: AsyncTool) -> float:
+    main = tool._main
+    return getattr(main, "since", math.inf) if main is not None else -math.inf
 
 
 def _now(driver: AsyncTool) -> float | None:
@@ -126,32 +151,38 @@ def _short_id(obj: object) -> str:
     return f"0x{id(obj):x}"
 
 
-def _root_name(root: AsyncSteps, flow: _Flow | None) -> str:
-    """The name the root was given (``AsyncSteps(name=...)``), else the qualname of its
-    outermost active step (or of its first step, not started)."""
+def _root_name(root: AsyncSteps) -> str:
+    """The name the root was given (``AsyncSteps(name=...)``), else the qualname of its first
+    step (the same name instruments are given). The engine keeps a started root's first step
+    only while the dump records (:func:`record_times`) or instruments are registered; a root
+    started before that is named after its outermost active step."""
     if type(root._func) is str:
         return root._func
-    if flow is not None and len(flow.stack) > 1:
-        return _describe(flow.stack[1]._func)[0]
-    queue = root._queue
-    if queue:
-        item = queue[-1] if flow is not None else queue[0]  # a running root's queue is reversed
-        return _describe(item[0] if type(item) is tuple else item)[0]
-    return "(no step)"
+    flow = root._flow
+    first = getattr(flow, "first", None)
+    if first is None:
+        if flow is not None:
+            if len(flow.stack) > 1:
+                return _describe(flow.stack[1]._func)[0]
+            return "(no step)"
+        queue = root._queue
+        if not queue:
+            return "(no step)"
+        first = queue[0]  # not started yet
+    return _describe(first[0] if type(first) is tuple else first)[0]
 
 
 def _root_label(flow: _Flow) -> str:
     root = flow.root
-    return f"{_root_name(root, root._flow)}#{_short_id(root)}"
+    return f"{_root_name(root)}#{_short_id(root)}"
 
 
 def _root(root: AsyncSteps, flow: _Flow | None, how: str, driver: AsyncTool,
           now: float | None) -> dict[str, Any]:
-    out: dict[str, Any] = {"name": _root_name(root, flow), "id": _short_id(root), "runs": how}
+    out: dict[str, Any] = {"name": _root_name(root), "id": _short_id(root), "runs": how}
     since: float | None = getattr(flow, "since", None)
-    # Its age: since it first waited (or yielded); a root that never did is not seen here, but
-    # by a signal handler while its first burst runs (then None).
-    out["age_s"] = None if since is None else time.monotonic() - since
+    # Its age: since it started (noted only while times are recorded: else None).
+    out["age_s"] = None if since is None else _monotonic() - since
     if flow is None:
         out["state"] = "queued (not started)"
         out["frames"] = []
@@ -272,7 +303,7 @@ def _queued(what: str, queue: list[Any], entry: Any, since: float | None, now: f
             holders: list[str]) -> dict[str, Any]:
     position = queue.index(entry) if entry in queue else None
     # ``since`` is time.monotonic(), noted only while times are recorded (record_times()).
-    waited = None if since is None else time.monotonic() - since
+    waited = None if since is None else _monotonic() - since
     return {"on": what, "queue_position": position, "queue_length": len(queue),
             "since": None if waited is None else time.time() - waited, "for_s": waited,
             "behind": holders}
@@ -289,7 +320,7 @@ def _redis_entry(hook: object, arg: object) -> Any:
 
 def _holder(key: object) -> str:
     """Who holds a section: a flow (its root and innermost step) or a plain task."""
-    if type(key) is _Flow:
+    if isinstance(key, _Flow):
         if key.stack:
             step = _describe(key.stack[-1]._func)[0] if len(key.stack) > 1 else "(root)"
             branch = " (a parallel branch)" if key.par is not None else ""

@@ -7,13 +7,15 @@
 
     add_instrument(OpenTelemetryInstrument())      # every root: one span
 
-Each root gets a span named after its first step, a child of the span current where the root
-was started (``await root.promise()``, or ``root.execute()``). While a ``promise()`` root runs,
-its span is the current one in the awaiting task, so spans your steps open (an HTTP client's, a
-database driver's) nest inside it; its coroutine steps that run as tasks (parallel branches)
-start with it current too. A root executed in an :class:`~futoin_anyio.AsyncTool` runs in the
-tool's task: its span has the right parent, and :meth:`OpenTelemetryInstrument.span_of` gives it
-to steps that want to open children of it.
+Each root gets a span named after it (its first step, unless given a name), a child of the span
+current where the root was started (``await root.promise()``, or ``root.execute()``). While the
+root's steps run, its span is the current one, so spans your steps open (an HTTP client's, a
+database driver's) nest inside it: a ``promise()`` root runs in the awaiting task, where its span
+is current until it ends; a root executed in an :class:`~futoin_anyio.AsyncTool` runs in the
+tool's task, in turns with the tool's other roots, and its span (with the rest of the context
+``execute()`` was called in: baggage...) is made current around each of its turns
+(:meth:`~futoin_anyio.Instrument.before_root_run`). The tasks of ``async def`` steps (parallel
+branches, executed roots) copy the context when they start, so its span is current in them too.
 
 Events on the span: ``futoin.error`` (a step failed: ``futoin.step``, ``futoin.code``,
 ``futoin.info``), ``futoin.timeout``, ``futoin.cancel`` (``futoin.reason``) and
@@ -24,6 +26,7 @@ the description; ``futoin.outcome`` is ``"success"`` or the code.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -46,8 +49,11 @@ class OpenTelemetryInstrument(Instrument):
 
     def __init__(self, tracer_provider: TracerProvider | None = None) -> None:
         self._tracer = trace.get_tracer("futoin_anyio", tracer_provider=tracer_provider)
-        # id(root) -> (its span, the context token of an awaited root's span)
-        self._spans: dict[int, tuple[Span, object | None]] = {}
+        # id(root) -> (its span, the context token of an awaited root's span, or the context an
+        # executed root's turns run in)
+        self._spans: dict[int, tuple[Span, Any, otel_context.Context | None]] = {}
+        # The tokens of the turns under way, per thread (a turn never spans a task switch).
+        self._turns = threading.local()
 
     def span_of(self, root: AsyncSteps) -> Span | None:
         """The span of a running root (``None`` once it ended, or if it was never seen)."""
@@ -56,19 +62,37 @@ class OpenTelemetryInstrument(Instrument):
 
     def root_started(self, root: AsyncSteps, name: str, awaited: bool) -> None:
         span = self._tracer.start_span(name)
-        token = otel_context.attach(trace.set_span_in_context(span)) if awaited else None
-        self._spans[id(root)] = (span, token)
+        context = trace.set_span_in_context(span)  # over the caller's current context
+        if awaited:  # current in the awaiting task until the root ends
+            self._spans[id(root)] = (span, otel_context.attach(context), None)
+        else:  # current around each turn of its steps in the tool's task
+            self._spans[id(root)] = (span, None, context)
+
+    def before_root_run(self, root: AsyncSteps) -> None:
+        found = self._spans.get(id(root))
+        token = None if found is None or found[2] is None else otel_context.attach(found[2])
+        turns: list[Any] | None = getattr(self._turns, "tokens", None)
+        if turns is None:
+            turns = self._turns.tokens = []
+        turns.append(token)
+
+    def after_root_run(self, root: AsyncSteps) -> None:
+        turns: list[Any] | None = getattr(self._turns, "tokens", None)
+        if turns:
+            token = turns.pop()
+            if token is not None:
+                otel_context.detach(token)
 
     def root_ended(self, root: AsyncSteps, outcome: str | None) -> None:
         found = self._spans.pop(id(root), None)
         if found is None:
             return
-        span, token = found
+        span, token, _ = found
         span.set_attribute("futoin.outcome", "success" if outcome is None else outcome)
         if outcome is not None:
             span.set_status(Status(StatusCode.ERROR, outcome))
         if token is not None:
-            otel_context.detach(token)  # type: ignore[arg-type]
+            otel_context.detach(token)
         span.end()
 
     def _event(self, root: AsyncSteps, name: str, attributes: dict[str, Any]) -> None:

@@ -305,3 +305,120 @@ async def test_no_times_unless_asked() -> None:
              and f["waits"]["on"] == "Limiter 'db'"]
     assert waits[0]["for_s"] is None and waits[0]["since"] is None
     assert "for ?" in dump.format_text(snap)
+
+
+class _FakeClock:
+    """The clock the engine notes a root's start with, and the dump reads ages against."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_roots_are_named_after_their_first_step_and_aged_from_their_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The name is the first step's even once it has completed (not the outermost active
+    step's), and the age counts from the start, a long first burst included (not from the
+    first wait). Roots of promise() and of an AsyncTool alike."""
+    from futoin_anyio import _traced
+
+    clock = _FakeClock()
+    monkeypatch.setattr(_traced, "monotonic", clock)
+    monkeypatch.setattr(dump, "_monotonic", clock)
+
+    def authenticate(asi: AsyncSteps) -> None:
+        clock.now += 5.0  # a long first step: 5 s before the root first waits
+
+    def fetch(asi: AsyncSteps) -> None:
+        asi.wait_external()
+
+    def build() -> AsyncSteps:
+        return AsyncSteps().add(authenticate).add(fetch)
+
+    async with AsyncTool(), anyio.create_task_group() as tg:
+        tg.start_soon(build().promise)
+        await anyio.sleep(0.01)
+        executed = build()
+        executed.execute()
+        await anyio.sleep(0.01)
+        clock.now += 2.0
+        snap = dump.snapshot()
+        executed.cancel()
+        tg.cancel_scope.cancel()
+    roots = sorted(snap["roots"], key=lambda r: r["runs"])
+    assert [r["runs"].split()[0] for r in roots] == ["execute()", "promise()"]
+    for root in roots:
+        assert root["name"].endswith(".authenticate"), root
+        assert root["frames"][0]["step"].endswith(".fetch")  # the outermost active step
+        assert root["age_s"] == pytest.approx(2.0 + 5.0 + (5.0 if "promise" in root["runs"]
+                                                           else 0.0))
+
+
+async def test_the_registry_of_live_tools_holds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Live roots come from the weak registry of AsyncTools, not from the garbage collector;
+    a finished root's tool is freed by reference counting and leaves the registry at once."""
+    import gc
+    import weakref
+
+    from futoin_anyio._tool import _live
+
+    def no_scan(*args: Any) -> list[Any]:
+        raise AssertionError("the dump scanned the collector's objects")
+
+    monkeypatch.setattr(gc, "get_objects", no_scan)
+    tools: list[weakref.ref[AsyncTool]] = []
+
+    def keep_tool(asi: AsyncSteps) -> None:
+        tools.append(weakref.ref(asi.tool))
+
+    before = len(_live)
+    await AsyncSteps().add(keep_tool).promise()
+    assert tools[0]() is None  # freed by reference counting alone
+    assert len(_live) == before  # and its registry entry went with it
+    blocked = AsyncSteps(name="blocked").add(lambda asi: asi.wait_external())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(blocked.promise)
+        await anyio.sleep(0.01)
+        assert [r["name"] for r in dump.snapshot()["roots"]] == ["blocked"]
+        tg.cancel_scope.cancel()
+    assert dump.snapshot()["roots"] == []
+
+
+async def test_a_root_in_its_first_run_is_found_on_the_stack() -> None:
+    """A promise() root is listed in the registry only once it waits; until then (a step stuck
+    in a busy loop that a signal interrupts, or a step taking the snapshot) the dump finds it on
+    the stack of its thread."""
+    from futoin_anyio._tool import _live
+
+    snaps: list[dict[str, Any]] = []
+    before = len(_live)
+
+    def look(asi: AsyncSteps) -> None:
+        snaps.append(dump.snapshot())
+
+    await AsyncSteps(name="instant").add(look).promise()
+    assert len(_live) == before  # never listed: it never waited
+    (found,) = snaps[0]["roots"]
+    assert found["name"] == "instant" and found["runs"] == "promise()"
+    assert found["frames"][0]["step"].endswith(".look")
+
+
+async def test_a_root_started_before_times_were_asked_is_named_after_its_active_step() -> None:
+    dump.record_times(False)
+
+    def first(asi: AsyncSteps) -> None:
+        pass
+
+    def second(asi: AsyncSteps) -> None:
+        asi.wait_external()
+
+    root = AsyncSteps().add(first).add(second)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(root.promise)
+        await anyio.sleep(0.01)
+        dump.record_times()
+        (found,) = dump.snapshot()["roots"]
+        tg.cancel_scope.cancel()
+    assert found["name"].endswith(".second") and found["age_s"] is None

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError
+from futoin_anyio._alarm import TASK_NAME as ALARM_TASK
 from futoin_anyio.testing import BACKENDS, backend
 
 pytestmark = pytest.mark.anyio
@@ -26,42 +28,73 @@ def _reason(exc: BaseException) -> tuple[str | None, str | None]:
     return "asyncio", text.partition("; reason: ")[2] or None
 
 
-async def _timed_out(in_branch: bool) -> tuple[tuple[str | None, str | None], FutoInError]:
+async def _sleep_seeing(seen: list[BaseException], started: anyio.Event | None = None) -> None:
+    """Sleep until cancelled (setting ``started`` first); the cancellation goes to ``seen``."""
+    try:
+        if started is not None:
+            started.set()
+        await anyio.sleep(10)
+    except anyio.get_cancelled_exc_class() as exc:
+        seen.append(exc)
+        raise
+
+
+async def _timed_out(path: str) -> tuple[tuple[str | None, str | None], FutoInError]:
     seen: list[BaseException] = []
 
     async def fetch_orders(asi: AsyncSteps) -> None:
-        try:
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class() as exc:
-            seen.append(exc)
-            raise
+        await _sleep_seeing(seen)
 
     def timed(asi: AsyncSteps) -> None:
         asi.set_timeout(100)
         asi.add(fetch_orders)
 
+    async def timed_late(asi: AsyncSteps) -> None:
+        # set_timeout() called while the coroutine is awaited inline: the alarm moves.
+        asi.set_timeout(100)
+        await fetch_orders(asi)
+
     root = AsyncSteps()
-    if in_branch:  # a branch's coroutine runs as a task of its own
+    if path == "branch":  # a branch's coroutine runs as a task of its own
         root.add(lambda asi: asi.parallel().add(timed).add(lambda asi: None))
-    else:  # a lone flow's coroutine is awaited inline, under the shared scope's deadline
+    elif path == "inline":  # a lone flow's coroutine is awaited inline, in the caller's task
         root.add(timed)
+    elif path == "inline, set while awaited":
+        root.add(lambda asi: asi.set_timeout(10_000) or asi.add(timed_late))
+    else:  # executed in an AsyncTool: its coroutine runs as a task of the tool
+        errors: list[FutoInError] = []
+
+        def failed(code: str) -> None:
+            errors.append(FutoInError(code, root.state.error_info))
+
+        async with AsyncTool():
+            root.add(timed).execute(failed)
+        assert len(seen) == 1 and len(errors) == 1
+        return _reason(seen[0]), errors[0]
     with pytest.raises(FutoInError) as info:
         await root.promise()
     assert len(seen) == 1
     return _reason(seen[0]), info.value
 
 
-async def test_timeout_same_story_inline_and_in_a_branch() -> None:
-    inline_reason, inline_error = await _timed_out(False)
-    branch_reason, branch_error = await _timed_out(True)
-    assert inline_reason == branch_reason
+@pytest.mark.parametrize("path", ["branch", "execute", "inline, set while awaited"])
+async def test_timeout_same_story_inline_and_as_a_task(path: str) -> None:
+    """The step's coroutine sees the same cancellation whether it is awaited inline or runs as
+    a task: an explicit cancel of the library's whose reason names the limit and the step (the
+    text of the Timeout error's info), never a bare deadline."""
+    inline_reason, inline_error = await _timed_out("inline")
+    other_reason, other_error = await _timed_out(path)
     source, reason = inline_reason
-    assert source in ("deadline", "asyncio")
-    if source == "asyncio":
-        assert reason == "deadline exceeded"
-    assert inline_error.code == branch_error.code == Errors.Timeout
-    assert inline_error.info == branch_error.info == (
-        "set_timeout(100 ms) of step _timed_out.<locals>.timed")
+    if source == "asyncio":  # AnyIO: "Cancelled via cancel scope ...; reason: <reason>"
+        assert other_reason[0] == "asyncio"
+    else:
+        assert source == other_reason[0] == "explicit"
+    step = "timed_late" if path.startswith("inline") else "timed"
+    assert reason == "set_timeout(100 ms) of step _timed_out.<locals>.timed"
+    assert other_reason[1] == f"set_timeout(100 ms) of step _timed_out.<locals>.{step}"
+    assert inline_error.code == other_error.code == Errors.Timeout
+    assert inline_error.info == reason
+    assert other_error.info == other_reason[1]
 
 
 async def test_timeout_info_in_state() -> None:
@@ -87,12 +120,7 @@ async def _cancelled_root(branch: bool, user_reason: str | None
     started = anyio.Event()
 
     async def waiting(asi: AsyncSteps) -> None:
-        try:
-            started.set()
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class() as exc:
-            seen.append(exc)
-            raise
+        await _sleep_seeing(seen, started)
 
     root = AsyncSteps()
     if branch:
@@ -128,11 +156,7 @@ async def test_sibling_failure_reason() -> None:
     seen: list[BaseException] = []
 
     async def waiting(asi: AsyncSteps) -> None:
-        try:
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class() as exc:
-            seen.append(exc)
-            raise
+        await _sleep_seeing(seen)
 
     async def failing(asi: AsyncSteps) -> None:
         await anyio.sleep(0.01)
@@ -149,11 +173,7 @@ async def test_outer_error_unwinding_a_parallel_step_reason() -> None:
     seen: list[BaseException] = []
 
     async def waiting(asi: AsyncSteps) -> None:
-        try:
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class() as exc:
-            seen.append(exc)
-            raise
+        await _sleep_seeing(seen)
 
     def outer(asi: AsyncSteps) -> None:
         asi.set_timeout(50)
@@ -170,11 +190,7 @@ async def test_outer_cancellation_passes_through_unchanged() -> None:
     seen: list[BaseException] = []
 
     async def waiting(asi: AsyncSteps) -> None:
-        try:
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class() as exc:
-            seen.append(exc)
-            raise
+        await _sleep_seeing(seen)
 
     for branch in (False, True):
         seen.clear()
@@ -201,12 +217,7 @@ async def test_an_async_tool_root_cancel_reason() -> None:
     started = anyio.Event()
 
     async def waiting(asi: AsyncSteps) -> None:
-        try:
-            started.set()
-            await anyio.sleep(10)
-        except anyio.get_cancelled_exc_class() as exc:
-            seen.append(exc)
-            raise
+        await _sleep_seeing(seen, started)
 
     codes: list[str] = []
     async with AsyncTool():
@@ -222,3 +233,64 @@ async def test_an_async_tool_root_cancel_reason() -> None:
 def test_cancel_reason_must_be_a_str() -> None:
     with pytest.raises(TypeError, match="reason must be a str"):
         AsyncSteps().cancel(1)  # type: ignore[arg-type]
+
+
+async def test_a_callers_nearer_deadline_keeps_its_own_story() -> None:
+    """A deadline of the caller's that comes before the root's set_timeout() is the caller's:
+    the inline coroutine sees the backend's own deadline cancellation, not our reason, and
+    promise() lets it through (no Timeout)."""
+    seen: list[BaseException] = []
+
+    async def waiting(asi: AsyncSteps) -> None:
+        await _sleep_seeing(seen)
+
+    root = AsyncSteps()
+    root.add(lambda asi: (asi.set_timeout(5000), asi.add(waiting)))
+    with anyio.move_on_after(1) as scope:
+        await root.promise()
+    assert scope.cancelled_caught
+    source, reason = _reason(seen[0])
+    if source == "asyncio":
+        assert reason == "deadline exceeded"
+    else:
+        assert (source, reason) == ("deadline", None)
+
+
+async def test_an_inline_timeout_that_does_not_fire_leaves_nothing_awake(
+        anyio_backend_name: str) -> None:
+    """The alarm of a set_timeout() over an inline step is disarmed when the step ends early:
+    on trio its task does not wake (nor make the autojump clock jump) for it; on asyncio no
+    timer of it is left in the loop."""
+    async def quick(asi: AsyncSteps) -> None:
+        await anyio.lowlevel.checkpoint()
+
+    def timed(asi: AsyncSteps) -> None:
+        asi.set_timeout(10_000)
+        asi.add(quick)
+
+    if anyio_backend_name == "trio":
+        import trio
+
+        steps: list[float] = []
+
+        class Steps(trio.abc.Instrument):
+            def before_task_step(self, task: trio.lowlevel.Task) -> None:
+                if task.name == ALARM_TASK:
+                    steps.append(trio.current_time())
+
+        trio.lowlevel.add_instrument(Steps())
+        start = trio.current_time()
+        for _ in range(3):
+            await AsyncSteps().add(timed).promise()
+        await trio.sleep(30)  # long past the timeouts: the alarms were disarmed
+        # At most the task's first step (it goes to sleep; the task may be older than this
+        # test), and no wake-up since.
+        assert set(steps) <= {start}
+    else:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        for _ in range(3):
+            await AsyncSteps().add(timed).promise()
+        live = [h for h in loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+        assert not [h for h in live if "Alarm" in repr(h)]
