@@ -28,6 +28,7 @@ from ._flow import _Flow, _flow_deadline
 from ._frame import (
     _STATUS_NAMES,
     _WAIT_ONLY,
+    COMPILED,
     CORO,
     DONE,
     EXEC,
@@ -48,7 +49,15 @@ from ._hooks import _binary
 from ._loops import _FOR_EACH, _LOOP, _REPEAT, _Loop
 from ._parallel import ParallelSteps
 from ._state import State, fresh_state, state_from
-from ._tool import AsyncTool, _check_ms, _live_add, _live_discard, _weakref, current_tool
+from ._tool import (
+    AsyncTool,
+    _check_ms,
+    _first_runs,
+    _live_add,
+    _live_discard,
+    _weakref,
+    current_tool,
+)
 from ._traced import hooked_flow
 from ._types import (
     CancelHandler,
@@ -643,13 +652,18 @@ class AsyncSteps(_Frame):
             await (_asyncio_check or _asyncio_cancel_check())()
         try:
             driver._current = flow
+            if COMPILED:  # for the flow dump: no frame of this promise() is on the stack
+                _first_runs.append(driver)
             try:
                 flow.run(BURST)  # the common case: the root completes here, or waits
             finally:
                 driver._current = None
+                if COMPILED:
+                    _first_runs.remove(driver)
             if not flow.finished:
                 # It waits: list it for the flow dump (a root that ended at once never is; one
-                # still in its first run is found on the stack of its thread: see dump).
+                # still in its first run is found on the stack of its thread, or in _first_runs
+                # when compiled: see dump).
                 _live_add(_weakref(driver, _live_discard))
                 if driver._inline_next is not None and driver._fatal is None \
                         and not driver._need_tg:

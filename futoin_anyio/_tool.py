@@ -40,6 +40,10 @@ _current_tool: ContextVar[AsyncTool | None] = ContextVar("futoin_anyio_tool", de
 _live: set[ReferenceType[AsyncTool]] = set()
 _live_add = _live.add
 _live_discard = _live.discard
+#: The compiled build's ``promise()`` drivers in their first run (not in ``_live`` yet). The pure
+#: build leaves it empty: the dump finds those on the stack, in a frame of ``promise()``, which
+#: the compiled ``promise()`` has none of.
+_first_runs: list[AsyncTool] = []
 _weakref = ReferenceType
 
 

@@ -54,7 +54,7 @@ from ._reasons import timeout_info
 from ._steps import AsyncSteps, _AwaitStep, _SuccessStep
 from ._throttle import _Section as _ThrottleSection
 from ._throttle import _Waiter
-from ._tool import AsyncTool, _live
+from ._tool import AsyncTool, _first_runs, _live
 from ._waitqueue import HELD, QUEUED
 
 __all__ = ("dump_path", "format_text", "install_signal_handler", "main", "record_times",
@@ -94,6 +94,9 @@ def _drivers() -> list[AsyncTool]:
             if type(tool) is AsyncTool and not tool._exited and tool not in found:
                 found.append(tool)
         frame = frame.f_back
+    for tool in list(_first_runs):  # the compiled build's: its promise() has no frame
+        if tool._thread == me and not tool._exited and tool not in found:
+            found.append(tool)
     found.sort(key=_started)
     return found
 
