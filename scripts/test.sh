@@ -4,7 +4,7 @@
 #
 # Usage: scripts/test.sh [pytest args...]
 # Environment: VENV (default .venv) names the virtual environment; PYTHON the interpreter
-# that creates it (default python3).
+# that creates it (default python3); EXTRAS the extras installed with it (default test,trio).
 set -eu
 cd "$(dirname "$0")/.."
 # The futoin_anyio.redis tests run against a real redis-server (Debian package redis-server).
@@ -26,8 +26,9 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-# Builds the cffi extension of the binary bridge: needs a C compiler.
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[test,trio]"
+# Builds the cffi extension of the binary bridge (needs a C compiler) and, where Cython and the
+# compiler work, the compiled engine in place (FUTOIN_ANYIO_NO_EXTENSIONS=1: the pure one).
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[${EXTRAS:-test,trio}]"
 # The interop tests (tests/test_interop_reference.py) build the FutoIn C++ reference from the
 # folder named by FUTOIN_CPP_REFERENCE: ../shared/third_party when that exists. They need g++
 # and the Boost headers, installed here when possible (root with apt-get).
