@@ -304,9 +304,10 @@ class _Flow:
             st = step._status
             if st is EXEC:
                 # A coroutine of the compiled build (await_()'s own) is no CoroutineType: the
-                # ABC check runs only for a result that is neither None nor a CoroutineType.
+                # ABC check runs only for a result that is neither None nor a CoroutineType (two
+                # calls, not one of a tuple: no tuple built per step).
                 if res is not None and (
-                        isinstance(res, CoroutineType) or isinstance(res, Coroutine)):
+                        isinstance(res, CoroutineType) or isinstance(res, Coroutine)):  # noqa: SIM101
                     self._start_coroutine(step, res)
                     return budget
                 q = step._queue
