@@ -393,13 +393,15 @@ async def test_a_root_in_its_first_run_is_found_on_the_stack() -> None:
     from futoin_anyio._tool import _live
 
     snaps: list[dict[str, Any]] = []
-    before = len(_live)
+    # Which entries, not how many: a tool of an earlier test that the collector frees meanwhile
+    # leaves the registry (seen in CI's pure run: 18 entries before, 15 after).
+    before = set(_live)
 
     def look(asi: AsyncSteps) -> None:
         snaps.append(dump.snapshot())
 
     await AsyncSteps(name="instant").add(look).promise()
-    assert len(_live) == before  # never listed: it never waited
+    assert not set(_live) - before  # never listed: it never waited
     (found,) = snaps[0]["roots"]
     assert found["name"] == "instant" and found["runs"] == "promise()"
     assert found["frames"][0]["step"].endswith(".look")
