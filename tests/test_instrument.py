@@ -130,6 +130,29 @@ async def test_queue_wait_sibling_cancel_and_execute(recorder: Recorder) -> None
     assert ("ended", "NotFound") in events
 
 
+async def test_rate_refusal_never_holds_the_place(recorder: Recorder) -> None:
+    # The rate refuses the second entry while a place is free: it is refused before it holds
+    # the place, so instruments see no enter/leave pair for it, and the place stays free.
+    limiter = Limiter(concurrent=2, max_queue=0, rate=1, period_ms=1000, burst=0, name="db")
+    for expected in (None, Errors.DefenseRejected):
+        root = AsyncSteps()
+        root.sync(limiter, lambda asi: None)
+        if expected is None:
+            await root.promise()
+        else:
+            with pytest.raises(FutoInError, match="DefenseRejected"):
+                await root.promise()
+        assert limiter.statistics().held == 0
+    assert [(e[0], e[-1]) for e in recorder.events if e[0] != "started"] == [
+        ("enter", "Limiter 'db'"),
+        ("leave", "Limiter 'db'"),
+        ("ended", None),
+        ("failed", Errors.DefenseRejected),
+        ("ended", Errors.DefenseRejected),
+    ]
+    assert limiter.statistics().rejected == 1
+
+
 async def test_cancel_and_outer_cancellation(recorder: Recorder) -> None:
     root = AsyncSteps()
     root.add(lambda asi: asi.wait_external())
