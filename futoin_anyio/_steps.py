@@ -47,7 +47,7 @@ from ._hooks import _binary
 from ._loops import _FOR_EACH, _LOOP, _REPEAT, _Loop
 from ._parallel import ParallelSteps
 from ._state import State, fresh_state, state_from
-from ._tool import AsyncTool, _check_ms, _live_add, _live_discard, _weakref, current_tool
+from ._tool import AsyncTool, _check_ms, current_tool
 from ._traced import hooked_flow
 from ._types import (
     CancelHandler,
@@ -658,9 +658,7 @@ class AsyncSteps:
             finally:
                 driver._current = None
             if not flow.finished:
-                # It waits: list it for the flow dump (a root that ended at once never is; one
-                # still in its first run is found on the stack of its thread: see dump).
-                _live_add(_weakref(driver, _live_discard))
+                # It waits. (The flow dump finds it in its task's await chain: nothing to pay.)
                 if driver._inline_next is not None and driver._fatal is None \
                         and not driver._need_tg:
                     # The usual case (an async def step reached): no _loop() frame in between.

@@ -357,8 +357,9 @@ async def test_roots_are_named_after_their_first_step_and_aged_from_their_start(
 
 
 async def test_the_registry_of_live_tools_holds_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Live roots come from the weak registry of AsyncTools, not from the garbage collector;
-    a finished root's tool is freed by reference counting and leaves the registry at once."""
+    """Live roots come from the weak registry of AsyncTool blocks and, for promise() roots, from
+    the await chains of the loop's tasks, never from the garbage collector; a promise() adds
+    nothing to the registry, and its tool is freed by reference counting alone."""
     import gc
     import weakref
 
@@ -382,14 +383,34 @@ async def test_the_registry_of_live_tools_holds_nothing(monkeypatch: pytest.Monk
         tg.start_soon(blocked.promise)
         await anyio.sleep(0.01)
         assert [r["name"] for r in dump.snapshot()["roots"]] == ["blocked"]
+        assert len(_live) == before  # found in its task's await chain, not listed
         tg.cancel_scope.cancel()
     assert dump.snapshot()["roots"] == []
 
 
+async def test_nested_promise_roots_are_found_through_the_await_chain() -> None:
+    """A promise() awaited inside an async step of another promise() root, itself awaited in
+    a task: both roots are found, the inner one deeper in the same await chain."""
+    release = anyio.Event()
+
+    async def inner_wait(asi: AsyncSteps) -> None:
+        await release.wait()
+
+    async def outer_step(asi: AsyncSteps) -> None:
+        await AsyncSteps(name="inner").add(inner_wait).promise()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(AsyncSteps(name="outer").add(outer_step).promise)
+        await anyio.sleep(0.01)
+        names = sorted(r["name"] for r in dump.snapshot()["roots"])
+        release.set()
+    assert names == ["inner", "outer"]
+    assert dump.snapshot()["roots"] == []
+
+
 async def test_a_root_in_its_first_run_is_found_on_the_stack() -> None:
-    """A promise() root is listed in the registry only once it waits; until then (a step stuck
-    in a busy loop that a signal interrupts, or a step taking the snapshot) the dump finds it on
-    the stack of its thread."""
+    """A promise() root in its first run (a step stuck in a busy loop that a signal
+    interrupts, or a step taking the snapshot) is found on the stack of its thread."""
     from futoin_anyio._tool import _live
 
     snaps: list[dict[str, Any]] = []
@@ -399,7 +420,7 @@ async def test_a_root_in_its_first_run_is_found_on_the_stack() -> None:
         snaps.append(dump.snapshot())
 
     await AsyncSteps(name="instant").add(look).promise()
-    assert len(_live) == before  # never listed: it never waited
+    assert len(_live) == before  # a promise() is never listed
     (found,) = snaps[0]["roots"]
     assert found["name"] == "instant" and found["runs"] == "promise()"
     assert found["frames"][0]["step"].endswith(".look")
