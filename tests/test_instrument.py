@@ -154,12 +154,7 @@ async def test_rate_refusal_never_holds_the_place(recorder: Recorder) -> None:
 
 
 async def test_cancel_and_outer_cancellation(recorder: Recorder) -> None:
-    root = AsyncSteps()
-    root.add(lambda asi: asi.wait_external())
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_swallow, root)
-        await anyio.sleep(0.01)
-        root.cancel("client went away")
+    await _cancel_while_waiting("client went away")
     with anyio.CancelScope() as scope:
         other = AsyncSteps()
         other.add(lambda asi: asi.wait_external())
@@ -315,12 +310,7 @@ async def test_opentelemetry_spans(otel: Any) -> None:
         assert trace.get_current_span().get_span_context().span_id == (
             exporter.get_finished_spans()[-1].parent.span_id)
 
-        cancelled = AsyncSteps()
-        cancelled.add(lambda asi: asi.wait_external())
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_swallow, cancelled)
-            await anyio.sleep(0.01)
-            cancelled.cancel("client went away")
+        await _cancel_while_waiting("client went away")
 
     spans = {span.name: span for span in exporter.get_finished_spans()}
     request = spans["request"]
@@ -353,6 +343,16 @@ async def test_opentelemetry_spans(otel: Any) -> None:
 async def _swallow(root: AsyncSteps) -> None:
     with contextlib.suppress(FutoInError):
         await root.promise()
+
+
+async def _cancel_while_waiting(reason: str) -> None:
+    """A root awaited in a task, waiting for an external event, cancelled with ``reason``."""
+    root = AsyncSteps()
+    root.add(lambda asi: asi.wait_external())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_swallow, root)
+        await anyio.sleep(0.01)
+        root.cancel(reason)
 
 
 async def test_opentelemetry_span_is_current_in_the_steps_of_executed_roots(
