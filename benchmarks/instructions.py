@@ -9,6 +9,15 @@ branch…), start-up and warm-up cancelled out. From the repository root::
     python -m benchmarks.instructions                       # every scenario, both backends
     python -m benchmarks.instructions --only seq,tasks --backend trio --json /tmp/after.json
     python -m benchmarks.instructions --compare /tmp/before.json /tmp/after.json
+    python -m benchmarks.instructions --only mutex --gc-at-end   # see below
+
+The cyclic garbage collector runs when its generation counters say so, not per item: whether
+one more collection of an older generation falls between the small and the large size moves a
+figure by several per cent (up to 15 % for the mutex scenario over some pairs of sizes), so two
+trees that allocate alike can differ by a collection. ``--gc-at-end`` turns the automatic
+collections off and makes one full collection at the end of each run: what items leave for the
+collector is still paid for, in proportion, without the timing of generational collections.
+Compare like with like (both figures with it, or both without).
 
 Needs ``valgrind`` (Debian package). A run of everything takes a few minutes.
 """
@@ -42,7 +51,9 @@ PLAN: dict[str, tuple[str, int, int]] = {
 }
 
 _CHILD = """
-import sys, anyio
+import sys, anyio, gc
+if sys.argv[5] == "1":
+    gc.disable()
 from benchmarks._worker import scenarios_of
 from benchmarks import _native
 name, side, backend, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -51,16 +62,18 @@ if name in _native.SIDES:
 else:
     func = scenarios_of("futoin" if side == "ours" else side)[name]
 anyio.run(func, n, backend=backend)
+if sys.argv[5] == "1":
+    gc.collect()
 """
 
 _TOTAL = re.compile(r"Collected : (\d+)")
 
 
-def count(name: str, side: str, backend: str, n: int) -> int:
+def count(name: str, side: str, backend: str, n: int, gc_at_end: bool = False) -> int:
     """Instructions of one process running ``name`` at size ``n``."""
     env = dict(os.environ, PYTHONHASHSEED="0")
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-           sys.executable, "-c", _CHILD, name, side, backend, str(n)]
+           sys.executable, "-c", _CHILD, name, side, backend, str(n), "1" if gc_at_end else "0"]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
                           cwd=Path(__file__).resolve().parent.parent, check=False)
     found = _TOTAL.search(proc.stderr)
@@ -69,9 +82,10 @@ def count(name: str, side: str, backend: str, n: int) -> int:
     return int(found.group(1))
 
 
-def per_item(name: str, side: str, backend: str) -> float:
+def per_item(name: str, side: str, backend: str, gc_at_end: bool = False) -> float:
     _, small, large = PLAN[name]
-    return (count(name, side, backend, large) - count(name, side, backend, small)) / (large - small)
+    return (count(name, side, backend, large, gc_at_end)
+            - count(name, side, backend, small, gc_at_end)) / (large - small)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="one backend (default: both)")
     parser.add_argument("--side", default="ours",
                         help="ours (default), plain, plain_cp or plain_scope (native rows)")
+    parser.add_argument("--gc-at-end", action="store_true",
+                        help="no automatic collections; one full collection at the end of a run")
     parser.add_argument("--json", help="write {scenario: {backend: instructions/item}} here")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
                         help="print the ratio of two --json files and exit")
@@ -111,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, dict[str, float]] = {}
     for name in names:
         for backend in backends:
-            value = per_item(name, args.side, backend)
+            value = per_item(name, args.side, backend, args.gc_at_end)
             result.setdefault(name, {})[backend] = round(value)
             print(f"{name:12} {backend:8} {value:12,.0f} instructions/item", flush=True)
     if args.json:

@@ -478,9 +478,10 @@ class _Driver:
     async def _idle(self) -> None:
         """Sleep until woken (a flow or callback became ready) or the nearest timer is due.
 
-        The task parks itself as in :meth:`_loop`, with the event loop's own timer for the
-        deadline: on asyncio a ``call_at()`` that completes the future, on trio trio's own
-        cancel scope (no AnyIO scope and ``sleep_forever()`` layers around the wait)."""
+        The task parks itself as in :meth:`_loop`, with a timer of the event loop's for the
+        deadline: on asyncio a ``call_at()`` that completes the future, on trio an alarm (see
+        :mod:`._alarm`) that wakes the task (no cancel scope around the wait: a trio scope with
+        a deadline, entered and left, costs several times an alarm armed and disarmed)."""
         deadline = self._next_deadline()
         if self._library == "asyncio":
             loop = self._threadsafe
@@ -494,11 +495,17 @@ class _Driver:
                 if self._sleep_scope is future:
                     self._sleep_scope = None
         else:
-            trio = sys.modules["trio"]
-            with trio.CancelScope(deadline=deadline):
-                self._sleep_scope = trio.lowlevel.current_task()
-                await trio.lowlevel.wait_task_rescheduled(self._abort_park)
-            self._sleep_scope = None
+            # A late alarm (the task was woken otherwise, and not yet disarmed) finds nobody
+            # parked: _wake() then does nothing (no inline run here, or this is the helper).
+            alarm = None if deadline == math.inf else arm_alarm(
+                "trio", None, deadline, self._wake)
+            self._sleep_scope = _trio_lowlevel.current_task()
+            try:
+                await _trio_lowlevel.wait_task_rescheduled(self._abort_park)
+            finally:
+                self._sleep_scope = None
+                if alarm is not None:
+                    alarm.disarm()
         if self._timers:
             self._fire_timers()
 

@@ -76,23 +76,33 @@ class _Entry:
         entry = self if self.state is NEW else _Entry(self.mutex, self.func, self.onerror)
         mutex = entry.mutex
         key = entry.key = flow_key(asi)
-        on_exit(asi, _Entry.leave, entry)
         if mutex._acquire_nowait(key, asi._flow.driver._thread):  # type: ignore[union-attr]
+            func = entry.func
+            in_entry = getattr(type(func), "_runs_in_entry", False)
+            if in_entry:
+                # A Limiter's rate check, in this step rather than one of its own. A refusal
+                # gives the place back at once: nothing was held, nothing is left to unwind.
+                try:
+                    entered = func._admit(asi)  # type: ignore[union-attr]
+                except BaseException:
+                    mutex._release(key)
+                    raise
             entry.state = HELD
+            on_exit(asi, _Entry.leave, entry)
             if _ins.ACTIVE:
                 _ins.sync(asi._flow, "sync_entered", mutex._label)
-            func = entry.func
-            if getattr(type(func), "_runs_in_entry", False):
-                func(asi, *args)  # a Limiter's rate check: in this step, not one of its own
+            if in_entry:
+                func._go_on(asi, entered, args)  # type: ignore[union-attr]
                 return
             # Sub-steps start with no arguments: hand the incoming ones on to ``func``.
             if args:
                 asi.success_step(*args)
             asi.add(func, entry.onerror)
             return
+        on_exit(asi, _Entry.leave, entry)
         queue = mutex._queue
         if queue.full():
-            queue.reject(asi)
+            raise queue.rejection()
         # Wait in this step: when let in, it goes on with ``func`` (see ``Mutex._grant``).
         entry.asi = asi
         entry.args = args

@@ -661,10 +661,11 @@ class AsyncSteps(_Frame):
                 if COMPILED:
                     _first_runs.remove(driver)
             if not flow.finished:
-                # It waits: list it for the flow dump (a root that ended at once never is; one
-                # still in its first run is found on the stack of its thread, or in _first_runs
-                # when compiled: see dump).
-                _live_add(_weakref(driver, _live_discard))
+                # It waits. The pure build pays nothing for the flow dump, which finds it in its
+                # task's await chain; the compiled build's promise() has no Python frame there,
+                # so it lists the driver (a weak entry) instead.
+                if COMPILED:
+                    _live_add(_weakref(driver, _live_discard))
                 if driver._inline_next is not None and driver._fatal is None \
                         and not driver._need_tg:
                     # The usual case (an async def step reached): no _loop() frame in between.

@@ -79,7 +79,7 @@ class _Waiter:
             return
         queue = throttle._queue
         if queue.full():
-            queue.reject(asi)
+            raise queue.rejection()
         self.asi = asi
         self.args = args
         self.state = QUEUED
@@ -119,18 +119,30 @@ class _Section:
         self.onerror = onerror
 
     def __call__(self, asi: AsyncSteps, *args: Any) -> None:
-        # Sub-steps start with no arguments: hand the incoming ones on (see Mutex).
-        if args:
-            asi.success_step(*args)
+        self._go_on(asi, self._admit(asi), args)
+
+    def _admit(self, asi: AsyncSteps) -> bool:
+        """Enter the current period (``True``) or wait for a later one (``False``); a full
+        queue refuses: raises ``DefenseRejected``, with no waiter made and dropped."""
         throttle = self.throttle
         driver = asi._flow.driver  # type: ignore[union-attr]
         # The driver's clock is the event loop's (anyio.current_time() without its backend
         # lookup).
-        if not throttle._enter_nowait(driver._clock(), driver._thread):
-            queue = throttle._queue
-            if queue.full():
-                queue.reject(asi)  # raises: no waiter to make and drop
-            asi.add(_Waiter(throttle).wait)
+        if throttle._enter_nowait(driver._clock(), driver._thread):
+            return True
+        queue = throttle._queue
+        if queue.full():
+            raise queue.rejection()
+        return False
+
+    def _go_on(self, asi: AsyncSteps, entered: bool, args: tuple[Any, ...]) -> None:
+        """Add the section's steps: a wait for the next period unless ``entered``, then
+        ``func`` with the incoming ``args``."""
+        # Sub-steps start with no arguments: hand the incoming ones on (see Mutex).
+        if args:
+            asi.success_step(*args)
+        if not entered:
+            asi.add(_Waiter(self.throttle).wait)
         asi.add(self.func, self.onerror)
 
     def __repr__(self) -> str:

@@ -30,6 +30,7 @@ a root is named after its outermost active step and ages are ``None``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import math
 import os
@@ -80,25 +81,56 @@ def record_times(on: bool = True) -> None:
 
 
 def _drivers() -> list[AsyncTool]:
-    """The AsyncTools (public, and the private ones of ``promise()``) bound to this thread's
-    running event loop and not over, from the weak registry of live tools, oldest first; and
-    those of the ``promise()`` calls on this thread's stack (a root still in its first run, not
-    listed yet: the one a signal interrupted, or the one whose step takes the snapshot)."""
+    """The AsyncTools bound to this thread's running event loop and not over, oldest first:
+    the public ones from the weak registry of live tools, and the private one of every
+    ``promise()`` found in a frame of that function, on this thread's stack (a root still in its
+    first run: the one a signal interrupted, or the one whose step takes the snapshot) or in the
+    await chain of a task of the loop (a root that waits). A ``promise()`` pays nothing for it."""
     me = get_ident()
-    found = [tool for tool in (ref() for ref in list(_live))
-             if tool is not None and tool._thread == me and not tool._exited]
+    found: dict[int, AsyncTool] = {}
+
+    def take(tool: object) -> None:
+        if type(tool) is AsyncTool and tool._thread == me and not tool._exited:
+            found.setdefault(id(tool), tool)
+
+    for ref in list(_live):
+        take(ref())
     frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code is _PROMISE:
-            tool = frame.f_locals.get("driver")
-            if type(tool) is AsyncTool and not tool._exited and tool not in found:
-                found.append(tool)
+            take(frame.f_locals.get("driver"))
         frame = frame.f_back
-    for tool in list(_first_runs):  # the compiled build's: its promise() has no frame
-        if tool._thread == me and not tool._exited and tool not in found:
-            found.append(tool)
-    found.sort(key=_started)
-    return found
+    for coro in _task_coroutines():
+        for _, frame in _awaited(coro)[0]:
+            if frame.f_code is _PROMISE:
+                take(frame.f_locals.get("driver"))
+    # The compiled build's promise() has no Python frame: its drivers in their first run are
+    # listed in _first_runs, those that wait in _live.
+    for tool in list(_first_runs):
+        take(tool)
+    return sorted(found.values(), key=_started)
+
+
+def _task_coroutines() -> list[Any]:
+    """The coroutine of every task of the event loop running in this thread."""
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        return [task.get_coro() for task in asyncio.all_tasks(loop)]
+    trio = sys.modules.get("trio")
+    if trio is None:
+        return []
+    try:
+        root = trio.lowlevel.current_root_task()
+    except RuntimeError:  # no trio run in this thread
+        return []
+    coros: list[Any] = []
+    tasks = [] if root is None else [root]
+    while tasks:
+        task = tasks.pop()
+        coros.append(task.coro)
+        for nursery in task.child_nurseries:
+            tasks.extend(nursery.child_tasks)
+    return coros
 
 
 #: The code of ``AsyncSteps.promise()``: a frame of it on the stack holds its driver.
@@ -352,25 +384,33 @@ def _iteration(frame: AsyncSteps, it: Any) -> int | None:
     return None
 
 
-def _await_chain(coro: Any) -> list[str]:
-    """Where each coroutine of the chain waits: ``qualname at file:line``, outermost first."""
-    out: list[str] = []
+def _awaited(coro: Any) -> tuple[list[tuple[Any, FrameType]], Any]:
+    """The coroutines (or generators) of an await chain with their frames, outermost first, and
+    what the innermost one awaits that has no frame (a future, a trap; ``None`` if nothing)."""
+    links: list[tuple[Any, FrameType]] = []
     obj = coro
-    for _ in range(64):
+    for _ in range(256):
         frame = (getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
                  or getattr(obj, "ag_frame", None))
         if frame is None:
-            if obj is not coro and obj is not None:
-                out.append(f"<{type(obj).__qualname__}>")
-            break
+            return links, obj
+        links.append((obj, frame))
+        obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
+    return links, None
+
+
+def _await_chain(coro: Any) -> list[str]:
+    """Where each coroutine of the chain waits: ``qualname at file:line``, outermost first."""
+    links, last = _awaited(coro)
+    out: list[str] = []
+    for obj, frame in links:
         code = frame.f_code
         # A coroutine or generator has its own __qualname__ (code objects only from 3.11).
         qualname = getattr(obj, "__qualname__", None) or getattr(code, "co_qualname",
                                                                  code.co_name)
         out.append(f"{qualname} at {code.co_filename}:{frame.f_lineno}")
-        obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
-        if obj is None:
-            break
+    if links and last is not None:
+        out.append(f"<{type(last).__qualname__}>")
     return out
 
 

@@ -13,6 +13,7 @@ import anyio
 import pytest
 from anyio import get_cancelled_exc_class
 from anyio.lowlevel import checkpoint
+from scope_support import deadline_once_blocked
 
 from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError
 
@@ -84,7 +85,7 @@ async def test_outer_scope_cancellation_propagates_unchanged() -> None:
 async def test_move_on_after_cancels_steps() -> None:
     log: list[str] = []
     asi = nested(log)
-    with anyio.move_on_after(0.01) as scope:
+    async with deadline_once_blocked() as scope:
         await asi.promise()
     assert scope.cancelled_caught
     assert log == ["inner cancel", "outer cancel"]
@@ -215,7 +216,7 @@ async def test_cancellation_of_coroutine_step_by_outer_scope() -> None:
 
     asi = AsyncSteps()
     asi.add(step)
-    with anyio.move_on_after(0.01):
+    async with deadline_once_blocked():
         await asi.promise()
     assert sorted(log) == ["cancel handler", "coroutine cancelled"]
 
@@ -255,7 +256,7 @@ async def test_cancel_handler_error_while_cancelling_is_logged(
 
     asi = AsyncSteps()
     asi.add(outer)
-    with anyio.move_on_after(0.01):
+    async with deadline_once_blocked():
         await asi.promise()
     assert log == ["outer cancel"]
     assert "in cancel handler" in caplog.text

@@ -130,13 +130,31 @@ async def test_queue_wait_sibling_cancel_and_execute(recorder: Recorder) -> None
     assert ("ended", "NotFound") in events
 
 
+async def test_rate_refusal_never_holds_the_place(recorder: Recorder) -> None:
+    # The rate refuses the second entry while a place is free: it is refused before it holds
+    # the place, so instruments see no enter/leave pair for it, and the place stays free.
+    limiter = Limiter(concurrent=2, max_queue=0, rate=1, period_ms=1000, burst=0, name="db")
+    for expected in (None, Errors.DefenseRejected):
+        root = AsyncSteps()
+        root.sync(limiter, lambda asi: None)
+        if expected is None:
+            await root.promise()
+        else:
+            with pytest.raises(FutoInError, match="DefenseRejected"):
+                await root.promise()
+        assert limiter.statistics().held == 0
+    assert [(e[0], e[-1]) for e in recorder.events if e[0] != "started"] == [
+        ("enter", "Limiter 'db'"),
+        ("leave", "Limiter 'db'"),
+        ("ended", None),
+        ("failed", Errors.DefenseRejected),
+        ("ended", Errors.DefenseRejected),
+    ]
+    assert limiter.statistics().rejected == 1
+
+
 async def test_cancel_and_outer_cancellation(recorder: Recorder) -> None:
-    root = AsyncSteps()
-    root.add(lambda asi: asi.wait_external())
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_swallow, root)
-        await anyio.sleep(0.01)
-        root.cancel("client went away")
+    await _cancel_while_waiting("client went away")
     with anyio.CancelScope() as scope:
         other = AsyncSteps()
         other.add(lambda asi: asi.wait_external())
@@ -292,12 +310,7 @@ async def test_opentelemetry_spans(otel: Any) -> None:
         assert trace.get_current_span().get_span_context().span_id == (
             exporter.get_finished_spans()[-1].parent.span_id)
 
-        cancelled = AsyncSteps()
-        cancelled.add(lambda asi: asi.wait_external())
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_swallow, cancelled)
-            await anyio.sleep(0.01)
-            cancelled.cancel("client went away")
+        await _cancel_while_waiting("client went away")
 
     spans = {span.name: span for span in exporter.get_finished_spans()}
     request = spans["request"]
@@ -330,6 +343,16 @@ async def test_opentelemetry_spans(otel: Any) -> None:
 async def _swallow(root: AsyncSteps) -> None:
     with contextlib.suppress(FutoInError):
         await root.promise()
+
+
+async def _cancel_while_waiting(reason: str) -> None:
+    """A root awaited in a task, waiting for an external event, cancelled with ``reason``."""
+    root = AsyncSteps()
+    root.add(lambda asi: asi.wait_external())
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_swallow, root)
+        await anyio.sleep(0.01)
+        root.cancel(reason)
 
 
 async def test_opentelemetry_span_is_current_in_the_steps_of_executed_roots(

@@ -72,6 +72,15 @@ async def test_state_is_shared_and_attribute_accessible() -> None:
     assert asi.state.async_stack == ()
     with pytest.raises(AttributeError, match="no variable 'missing'"):
         _ = asi.state.missing
+    # One lookup for both spellings: a missing variable is a KeyError by item, an
+    # AttributeError by attribute, and the usual probes of either kind work.
+    with pytest.raises(KeyError, match="no variable 'missing'"):
+        _ = asi.state["missing"]
+    assert not hasattr(asi.state, "missing")
+    assert getattr(asi.state, "missing", 7) == 7
+    assert asi.state.get("missing") is None and "missing" not in asi.state
+    with pytest.raises(AttributeError, match="no variable 'missing'"):
+        del asi.state.missing
 
 
 async def test_state_made_on_first_use_is_the_roots_at_every_depth() -> None:

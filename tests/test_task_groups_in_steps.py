@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from scope_support import deadline_once_blocked
 
 from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError
 
@@ -159,7 +160,7 @@ async def test_outer_cancellation_in_a_group_goes_to_its_owner() -> None:
 
     asi = AsyncSteps()
     asi.add(step)
-    with anyio.move_on_after(0.02) as scope:
+    async with deadline_once_blocked() as scope:
         await asi.promise()
     assert scope.cancelled_caught
     assert log == ["cancel handler"]
