@@ -22,3 +22,14 @@ cdef class _Driver:
 @cython.final
 cdef class _RawTask:
     cdef public object cancelled, scope, task
+
+
+# Module globals read by this module's code, held in C variables: from CPython 3.12 on,
+# Cython caches no module-global look-up (each read would be a dict look-up). They are
+# no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
+cdef object Any, CANCELLING, CORO, Callable, CancelScope, Coroutine, Errors, FutoInError, Lock
+cdef object TYPE_CHECKING, _Future, _PRUNE_SLACK, _asyncio_future_type, _close_unstarted
+cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
+cdef object _running_asyncio_loop, _sniffio, anyio, arm_alarm, cancel_scope, checkpoint
+cdef object copy_context, create_task_group, deque, final, get_cancelled_exc_class, get_ident
+cdef object heapify, heappop, heappush, logger, logging, math, scope_class, sys

@@ -40,3 +40,13 @@ cpdef bint _go_on(_Flow flow, can, bint inline) except? -1
 
 @cython.locals(frame=_Frame, ext=_Ext)
 cpdef double _flow_deadline(_Flow flow) except? -1.0
+
+
+# Module globals read by this module's code, held in C variables: from CPython 3.12 on,
+# Cython caches no module-global look-up (each read would be a dict look-up). They are
+# no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
+cdef object CANCELLING, COMPILED, CORO, CancelScope, Coroutine, CoroutineType, DONE, EXEC, Errors
+cdef object FAILED, FAILING, FutoInError, GO_ON, HANDLER, PAUSED, State, SUBSTEPS, TYPE_CHECKING
+cdef object WAIT, _NO_ARGS, _ins, _new, _run_cleanups, _scope_classes, cancel_scope, cast
+cdef object flow_reason, get_cancelled_exc_class, logger, logging, math, partial, sys
+cdef object timeout_info

@@ -25,3 +25,9 @@ cpdef _Ext _own_ext(_Frame frame)
 cpdef _end_ext(_Frame frame)
 
 cpdef _run_cleanups(_Ext ext)
+
+
+# Module globals read by this module's code, held in C variables: from CPython 3.12 on,
+# Cython caches no module-global look-up (each read would be a dict look-up). They are
+# no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
+cdef object Errors, FutoInError, TYPE_CHECKING, TypeVar, logger, logging

@@ -5,3 +5,12 @@ cimport cython
 @cython.final
 cdef class _Entry:
     cdef public object args, asi, func, item, key, mutex, onerror, since, state
+
+
+# Module globals read by this module's code, held in C variables: from CPython 3.12 on,
+# Cython caches no module-global look-up (each read would be a dict look-up). They are
+# no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
+cdef object DONE, Event, HELD, NEW, QUEUED, WaitQueue, _Flow, _ins, cancel_shielded_checkpoint
+cdef object check_count, check_name, check_queue, check_section, checkpoint_if_cancelled
+cdef object dataclass, enter_thread, final, flow_key, get_ident, go_on_with, lazy_binary
+cdef object monotonic, on_exit, state_name, task_key

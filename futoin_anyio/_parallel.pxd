@@ -12,3 +12,10 @@ cdef class _ParallelRun:
     cdef public bint over
     cdef public Py_ssize_t remaining
     cdef public object results
+
+
+# Module globals read by this module's code, held in C variables: from CPython 3.12 on,
+# Cython caches no module-global look-up (each read would be a dict look-up). They are
+# no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
+cdef object DONE, FAILING, SUBSTEPS, TYPE_CHECKING, _Ext, _NO_ARGS, _halt, _ins, _internal, _new
+cdef object _stop_coroutines, _unwinding, _wrong_thread, deque, get_ident, partial, threading

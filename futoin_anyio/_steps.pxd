@@ -11,3 +11,15 @@ from futoin_anyio._frame cimport _end_ext, _Ext, _Frame, _own_ext
 @cython.freelist(64)
 cdef class AsyncSteps(_Frame):
     pass
+
+
+# Module globals read by this module's code, held in C variables: from CPython 3.12 on,
+# Cython caches no module-global look-up (each read would be a dict look-up). They are
+# no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
+cdef object AsyncTool, BURST, COMPILED, CORO, CORO_CREATED, DONE, EXEC, Errors, FAILING
+cdef object FutoInError, HANDLER, Iterable, MODEL, Mapping, ParallelSteps, ROOT, SUBSTEPS, State
+cdef object TYPE_CHECKING, WAIT, _EMPTY, _FOR_EACH, _LOOP, _Loop, _REPEAT, _STATUS_NAMES
+cdef object _WAIT_ONLY, _YIELD_EVERY, _binary, _check_ms, _first_runs, _ins, _internal
+cdef object _live_add, _live_discard, _runner, _weakref, _wrong_thread, deque, fresh_state
+cdef object get_ident, getcoroutinestate, hooked_flow, isawaitable, iscoroutine, logger, logging
+cdef object state_from, sys

@@ -11,6 +11,7 @@ too, so the engine can change without anyone building it compiled.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from pathlib import Path
@@ -137,3 +138,67 @@ def test_compiled_modules_are_loaded_and_up_to_date() -> None:
             newest = max(pxd.stat().st_mtime, pxd.with_suffix(".py").stat().st_mtime)
             assert built.stat().st_mtime >= newest, (
                 f"{built.name} is older than its sources: reinstall (pip install -e .)")
+
+
+_GLOBAL = re.compile(r"^cdef object (.+)$", re.M)
+_SOURCES = [p for d in ("futoin_anyio", "tests", "benchmarks", "examples")
+            for p in sorted((ROOT / d).rglob("*.py")) if (ROOT / d).exists()]
+
+
+@functools.cache
+def _sources() -> list[tuple[str, list[ast.ImportFrom]]]:
+    """Each source's text and its ``from ... import`` statements (parsed once)."""
+    out = []
+    for path in _SOURCES:
+        text = path.read_text(encoding="utf-8")
+        imports = [node for node in ast.walk(ast.parse(text))
+                   if isinstance(node, ast.ImportFrom) and node.module]
+        out.append((text, imports))
+    return out
+
+
+def _names_taken_from(module: str) -> set[str]:
+    """Names any source of the project imports from ``futoin_anyio.<module>``, reads or
+    patches as its attribute (``_steps.x``, ``setattr(_steps, "x", ...)``)."""
+    taken: set[str] = set()
+    attr = re.compile(rf"\b{module}\.(\w+)")
+    patched = re.compile(rf"setattr\([\w.]*{module}\s*,\s*[\"'](\w+)[\"']")
+    for text, imports in _sources():
+        for node in imports:
+            if node.module.split(".")[-1] == module:  # type: ignore[union-attr]
+                taken.update(alias.name for alias in node.names)
+        taken.update(attr.findall(text))
+        taken.update(patched.findall(text))
+    return taken
+
+
+@pytest.mark.parametrize("pxd", PXDS, ids=[p.name for p in PXDS])
+def test_module_globals_in_c_are_nobody_elses(pxd: Path) -> None:
+    """A module global a ``.pxd`` holds in a C variable (``cdef object``) is no attribute of the
+    compiled module: nothing may import it from there, read it or patch it on the module; and it
+    is a name the module binds at its top level (an import or an assignment), once."""
+    names = {n.strip() for line in _GLOBAL.findall(pxd.read_text(encoding="utf-8"))
+             for n in line.split(",")}
+    if not names:
+        return
+    tree = ast.parse(pxd.with_suffix(".py").read_text(encoding="utf-8"))
+    bound: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign):
+            bound.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            bound.add(node.target.id)
+        elif isinstance(node, ast.Try):  # an import with a fallback
+            for inner in ast.walk(node):
+                if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                    bound.update((a.asname or a.name).split(".")[0] for a in inner.names)
+                elif isinstance(inner, ast.Assign):
+                    bound.update(t.id for t in inner.targets if isinstance(t, ast.Name))
+    rebound = {name for node in ast.walk(tree) if isinstance(node, ast.Global)
+               for name in node.names}
+    assert not names - bound, f"{pxd.name}: {sorted(names - bound)} are not bound by the module"
+    assert not names & rebound, f"{pxd.name}: {sorted(names & rebound)} are rebound (global)"
+    taken = names & _names_taken_from(pxd.stem)
+    assert not taken, f"{pxd.name}: {sorted(taken)} are taken from the module elsewhere"
