@@ -32,11 +32,12 @@ _new_handle = object.__new__
 _current_tool: ContextVar[AsyncTool | None] = ContextVar("futoin_anyio_tool", default=None)
 
 #: The registry of live roots, for the flow dump: a weak reference to every AsyncTool whose block
-#: was entered and to the private one of every ``promise()`` whose root waits (one that ends in
-#: its first run is never listed), dropped from the set (by the reference's callback) as soon as
-#: the tool is freed. It keeps nothing alive; a tool lists its executed roots itself (``_roots``),
-#: a ``promise()`` driver its one root (``_main``). A weak reference with a callback and a set
-#: entry, all in C: some 1,700 instructions per waiting promise(), made and dropped.
+#: was entered, dropped from the set (by the reference's callback) as soon as the tool is freed.
+#: It keeps nothing alive; a tool lists its executed roots itself (``_roots``), a ``promise()``
+#: driver its one root (``_main``). The pure build lists no ``promise()`` driver: the dump finds
+#: them in the await chains of the loop's tasks (a weak reference with a callback and a set entry
+#: were some 1,700 instructions per waiting root). The compiled build's ``promise()`` has no
+#: Python frame to find there, so it lists its driver here while the root waits.
 _live: set[ReferenceType[AsyncTool]] = set()
 _live_add = _live.add
 _live_discard = _live.discard
@@ -77,7 +78,8 @@ class AsyncTool(_Driver):
     raises ``FutoInError`` (``InternalError``) as ``execute()`` does.
     """
 
-    # The slots (the driver's state) are _Driver's; a weak reference lists it in _live.
+    # The slots (the driver's state) are _Driver's; a weak reference lists a block's tool (and a
+    # waiting promise()'s driver, compiled build) in _live.
     __slots__ = ("__weakref__",)
 
     def __init__(self) -> None:
