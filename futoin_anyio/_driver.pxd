@@ -1,7 +1,7 @@
 # The compiled build's declarations for _driver.py: see _frame.pxd.
 cimport cython
 
-from futoin_anyio._flow cimport _coroutine_done, _Flow, _flow_deadline
+from futoin_anyio._flow cimport _coroutine_done, _Flow, _flow_deadline, _start_root
 
 
 # Not final: AsyncTool (_tool.py) is its subclass.
@@ -15,6 +15,7 @@ cdef class _Driver:
 
     cpdef _schedule(self, flow)
     cpdef _wake(self)
+    @cython.locals(flow=_Flow)
     cpdef _tick(self)
     cpdef _fire_timers(self)
 

@@ -40,12 +40,14 @@ from ._alarm import arm as arm_alarm
 from ._errors import Errors, FutoInError
 from ._flow import (
     _close_unstarted,
+    _Flow,
     _coroutine_done,
     _flow_deadline,
     _has_running,
     _inline_cancelled,
     _judgeable_group,
     _on_timeout,
+    _start_root,
     scope_class,
 )
 from ._frame import CANCELLING, CORO
@@ -61,7 +63,6 @@ if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
 if TYPE_CHECKING:
-    from ._flow import _Flow
     from ._steps import AsyncSteps
 
 __all__ = ("BURST", "Handle")
@@ -431,9 +432,13 @@ class _Driver:
                 item._tool = None
                 self._pending -= 1
                 _run_callback(item)
-            else:  # a flow, or a root started with execute() that has not run yet
+            else:
                 try:
-                    budget = item._go(budget)
+                    if isinstance(item, _Flow):
+                        flow = item  # typed in the compiled build: a C call, no look-up
+                        budget = flow._go(budget)
+                    else:  # a root started with execute() that has not run yet
+                        budget = _start_root(item, budget)
                 finally:
                     self._current = None
         if self._timers:

@@ -38,6 +38,9 @@ cpdef bint _coroutine_done(_Frame step, result, error, bint inline) except? -1
 
 cpdef bint _go_on(_Flow flow, can, bint inline) except? -1
 
+@cython.locals(flow=_Flow, q=list)
+cpdef int _start_root(_Frame root, int budget) except? -1
+
 @cython.locals(frame=_Frame, ext=_Ext)
 cpdef double _flow_deadline(_Flow flow) except? -1.0
 
@@ -46,7 +49,8 @@ cpdef double _flow_deadline(_Flow flow) except? -1.0
 # Cython caches no module-global look-up (each read would be a dict look-up). They are
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
 cdef object CANCELLING, COMPILED, CORO, CancelScope, Coroutine, CoroutineType, DONE, EXEC, Errors
-cdef object FAILED, FAILING, FutoInError, GO_ON, HANDLER, PAUSED, State, SUBSTEPS, TYPE_CHECKING
+cdef object FAILED, FAILING, FutoInError, GO_ON, HANDLER, PAUSED, ROOT, State, SUBSTEPS
+cdef object TYPE_CHECKING
 cdef object WAIT, _NO_ARGS, _ins, _new, _run_cleanups, _scope_classes, cancel_scope, cast
 cdef object flow_reason, get_cancelled_exc_class, logger, logging, math, partial, sys
 cdef object timeout_info

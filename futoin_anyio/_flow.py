@@ -47,6 +47,7 @@ from ._frame import (
     EXEC,
     FAILING,
     HANDLER,
+    ROOT,
     SUBSTEPS,
     WAIT,
     _end_ext,
@@ -687,6 +688,33 @@ class _Flow:
         ext = _own_ext(step)
         ext.coro = coro
         self.driver._start_coroutine(_run_coroutine, step, coro)
+
+
+def _start_root(root: AsyncSteps, budget: int) -> int:
+    """First run of a root started with ``execute()`` (from its driver's ready queue).
+
+    A function of this module rather than a method of the root, so that the compiled build's
+    driver calls it directly in C (as it does ``_Flow._go``), not through a method look-up.
+    """
+    if root._status is not ROOT or root._flow is not None:
+        return budget  # cancelled before it could start
+    tool = root._tool
+    assert tool is not None
+    # What instruments and the flow dump need is kept only while asked for (see _traced).
+    if not _ins.HOOKED:
+        flow = _Flow(tool, root, [root], None)
+    else:
+        from ._traced import hooked_flow
+
+        flow = hooked_flow(tool, root, True)
+    q = root._queue
+    if q:
+        q.reverse()
+    root._flow = flow
+    flow.on_unhandled = root._unhandled
+    flow.executed = True
+    tool._current = flow
+    return flow.run(budget)
 
 
 _scope_classes: dict[str, type[CancelScope]] = {}

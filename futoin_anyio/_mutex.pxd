@@ -4,7 +4,21 @@ cimport cython
 
 @cython.final
 cdef class _Entry:
-    cdef public object args, asi, func, item, key, mutex, onerror, since, state
+    cdef public object args, asi, func, item, key, onerror, since, state
+    cdef public Mutex mutex
+
+
+@cython.final
+cdef class Mutex:
+    cdef object __weakref__
+    cdef public object _label, _name, _owners, _queue, _thread
+    cdef public Py_ssize_t _held, _max
+
+    cpdef bint _acquire_nowait(self, key, thread) except -1
+    @cython.locals(count=object)
+    cpdef _release(self, key, what=*)
+    @cython.locals(waiter=object, entry=_Entry)
+    cpdef _grant(self)
 
 
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,

@@ -145,7 +145,6 @@ class _TaskWaiter:
         return f"<Mutex task entry {state_name(self.state)}>"
 
 
-@final
 class Mutex:
     """Mutual exclusion for AsyncSteps flows and AnyIO tasks (FTN12 §1.11.1, §2.3).
 
@@ -312,3 +311,13 @@ class Mutex:
             waiter.state = HELD
             self._held += 1
             owners[waiter.key] = 1
+
+
+def _no_subclass(cls: type, **kwargs: Any) -> None:
+    raise TypeError(f"type {cls.__mro__[1].__qualname__!r} is not an acceptable base type")
+
+
+# Mutex is final. The compiled build's extension type is, by its declaration (``_mutex.pxd``),
+# and cannot take ``typing.final``; the pure build's class refuses subclasses the same way.
+if Mutex.__flags__ & (1 << 10):  # Py_TPFLAGS_BASETYPE: the pure build
+    setattr(Mutex, "__init_subclass__", classmethod(_no_subclass))  # noqa: B010

@@ -598,23 +598,6 @@ class AsyncSteps(_Frame):
         if tool._sleep_scope is not None or tool._inline is not None:
             tool._wake()
 
-    def _go(self, budget: int) -> int:
-        """First run of a root started with ``execute()`` (called by its AsyncTool)."""
-        if self._status is not ROOT or self._flow is not None:
-            return budget  # cancelled before it could start
-        tool = self._tool
-        assert tool is not None
-        # What instruments and the flow dump need is kept only while asked for (see _traced).
-        flow = _Flow(tool, self, [self], None) if not _ins.HOOKED else hooked_flow(tool, self, True)
-        q = self._queue
-        if q:
-            q.reverse()
-        self._flow = flow
-        flow.on_unhandled = self._unhandled
-        flow.executed = True
-        tool._current = flow
-        return flow.run(budget)
-
     @staticmethod
     def _no_tool(tool: AsyncTool | None) -> NoReturn:
         if tool is None or tool._thread is None:
