@@ -115,6 +115,12 @@ class TestConstruction:
         with pytest.raises(exc, match=rf"\b{name} must"):
             Mutex(*args)
 
+    def test_cannot_be_subclassed(self) -> None:
+        # Final in both builds: an extension type declared final (compiled), a class that
+        # refuses subclasses (pure).
+        with pytest.raises(TypeError, match="Mutex' is not an acceptable base type"):
+            type("MyMutex", (Mutex,), {})
+
     def test_zero_queue_is_valid(self) -> None:
         assert Mutex(2, 0).statistics().max_queue == 0
 
