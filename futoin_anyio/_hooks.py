@@ -51,7 +51,8 @@ def go_on_with(asi: AsyncSteps, item: _Item, args: tuple[Any, ...]) -> bool:
     asi._queue = [item]
     asi._status = SUBSTEPS
     flow.args = args
-    flow.driver._schedule(flow)
+    driver = flow.driver
+    driver._schedule(flow)
     return True
 
 

@@ -1,6 +1,8 @@
 # The compiled build's declarations for _mutex.py: see _frame.pxd.
 cimport cython
 
+from futoin_anyio._hooks cimport flow_key, go_on_with, on_exit
+
 
 @cython.final
 cdef class _Entry:
@@ -26,5 +28,5 @@ cdef class Mutex:
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
 cdef object DONE, Event, HELD, NEW, QUEUED, WaitQueue, _Flow, _ins, cancel_shielded_checkpoint
 cdef object check_count, check_name, check_queue, check_section, checkpoint_if_cancelled
-cdef object dataclass, enter_thread, final, flow_key, get_ident, go_on_with, lazy_binary
-cdef object monotonic, on_exit, state_name, task_key
+cdef object dataclass, enter_thread, final, get_ident, lazy_binary, monotonic, state_name
+cdef object task_key

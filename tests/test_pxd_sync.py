@@ -83,7 +83,9 @@ def test_pxd_declares_every_slot_and_no_stale_one(pxd: Path) -> None:
     tree = ast.parse(source.read_text(encoding="utf-8"))
     classes = _py_classes(tree)
     declared = _pxd_classes(pxd.read_text(encoding="utf-8"))
-    assert declared, f"{pxd.name} declares no class"
+    # A module of functions only (_hooks) declares no class; one with classes declares them.
+    assert declared or not any(_slots(c) for c in classes.values()), (
+        f"{pxd.name} declares no class")
     for name, (base, fields) in declared.items():
         cls = classes.get(name)
         assert cls is not None, f"{pxd.name}: class {name} is not in {source.name}"
