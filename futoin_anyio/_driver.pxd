@@ -2,6 +2,7 @@
 cimport cython
 
 from futoin_anyio._flow cimport _coroutine_done, _Flow, _flow_deadline, _start_root
+from futoin_anyio._frame cimport _Frame
 
 
 # Not final: AsyncTool (_tool.py) is its subclass.
@@ -28,7 +29,8 @@ cdef class _RawTask:
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,
 # Cython caches no module-global look-up (each read would be a dict look-up). They are
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
-cdef object Any, CANCELLING, CORO, Callable, CancelScope, Coroutine, Errors, FutoInError, Lock
+cdef object Any, CANCELLING, COMPILED, CORO, Callable, CancelScope, Coroutine, Errors, FutoInError
+cdef object Lock
 cdef object TYPE_CHECKING, _Future, _PRUNE_SLACK, _asyncio_future_type, _close_unstarted
 cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
 cdef object _running_asyncio_loop, _sniffio, anyio, arm_alarm, cancel_scope, checkpoint

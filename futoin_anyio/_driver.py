@@ -50,7 +50,7 @@ from ._flow import (
     _start_root,
     scope_class,
 )
-from ._frame import CANCELLING, CORO
+from ._frame import CANCELLING, COMPILED, CORO, _Frame
 from ._reasons import cancel_scope
 
 _sniffio: Any
@@ -434,11 +434,16 @@ class _Driver:
                 _run_callback(item)
             else:
                 try:
-                    if isinstance(item, _Flow):
-                        flow = item  # typed in the compiled build: a C call, no look-up
+                    if not COMPILED:  # a flow, or a root's first run (_flow._start_root)
+                        budget = item._go(budget)
+                    # The compiled build calls them in C, by type: no method look-up.
+                    elif type(item) is _Flow:
+                        flow = item
                         budget = flow._go(budget)
-                    else:  # a root started with execute() that has not run yet
+                    elif isinstance(item, _Frame):  # a root started with execute(), first run
                         budget = _start_root(item, budget)
+                    else:  # a flow of a subclass: instruments or the flow dump are on
+                        budget = item._go(budget)
                 finally:
                     self._current = None
         if self._timers:

@@ -24,7 +24,7 @@ from . import _flow as _runner
 from . import _instrument as _ins
 from ._driver import _EMPTY, BURST
 from ._errors import Errors, FutoInError
-from ._flow import _Flow, _flow_deadline
+from ._flow import _Flow, _flow_deadline, _start_root
 from ._frame import (
     _STATUS_NAMES,
     _WAIT_ONLY,
@@ -597,6 +597,10 @@ class AsyncSteps(_Frame):
             _ins.started(self, tool, False)
         if tool._sleep_scope is not None or tool._inline is not None:
             tool._wake()
+
+    # First run of a root started with ``execute()``: the pure build's driver calls it as a
+    # method (no frame in between); the compiled one calls ``_flow._start_root`` in C.
+    _go = _start_root
 
     @staticmethod
     def _no_tool(tool: AsyncTool | None) -> NoReturn:
