@@ -40,8 +40,8 @@ from ._alarm import arm as arm_alarm
 from ._errors import Errors, FutoInError
 from ._flow import (
     _close_unstarted,
-    _Flow,
     _coroutine_done,
+    _Flow,
     _flow_deadline,
     _has_running,
     _inline_cancelled,

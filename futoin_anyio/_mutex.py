@@ -313,7 +313,7 @@ class Mutex:
             owners[waiter.key] = 1
 
 
-def _no_subclass(cls: type, **kwargs: Any) -> None:
+def _no_subclass(cls: type, /, **kwargs: Any) -> None:
     raise TypeError(f"type {cls.__mro__[1].__qualname__!r} is not an acceptable base type")
 
 
