@@ -7,7 +7,6 @@ from futoin_anyio._loops cimport _LoopRun
 
 # Not final: _traced._HookedFlow and _TracedFlow (flows of roots started while instruments or
 # the flow dump's times are on) are its subclasses, and override run() and _root_done().
-@cython.freelist(32)
 cdef class _Flow:
     cdef object __weakref__
     cdef public object args, cancel_reason, driver, loop_label, on_unhandled, par, result_code

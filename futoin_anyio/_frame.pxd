@@ -4,7 +4,6 @@
 cimport cython
 
 
-@cython.freelist(32)
 cdef class _Ext:
     cdef public object cleanups, coro, deadline, exit_arg, loop, on_exit, oncancel, par
     cdef public object pending, scope, timer
