@@ -16,7 +16,7 @@ cdef class _Driver:
 
     cpdef _schedule(self, flow)
     cpdef _wake(self)
-    @cython.locals(flow=_Flow)
+    @cython.locals(flow=_Flow, typed=bint)
     cpdef _tick(self)
     cpdef _fire_timers(self)
 

@@ -423,6 +423,7 @@ class _Driver:
         """
         budget = BURST
         ready = self._ready
+        typed = COMPILED  # (a local: the pure build's check per item is the cheapest one)
         while ready and budget > 0:
             item = ready.popleft()
             if type(item) is Handle:
@@ -434,7 +435,7 @@ class _Driver:
                 _run_callback(item)
             else:
                 try:
-                    if not COMPILED:  # a flow, or a root's first run (_flow._start_root)
+                    if not typed:  # a flow, or a root's first run (_flow._start_root)
                         budget = item._go(budget)
                     # The compiled build calls them in C, by type: no method look-up.
                     elif type(item) is _Flow:
