@@ -22,7 +22,10 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
 
 N = 1_000_000
 
@@ -48,14 +51,14 @@ def _ours(backend: str, n: int) -> float:
         [sys.executable, "-m", "benchmarks._worker",
          json.dumps({"impl": "futoin", "backend": backend, "scenarios": {"seq": [n]},
                      "repeat": 1})],
-        capture_output=True, text=True, check=True)
+        capture_output=True, text=True, check=True, cwd=ROOT)
     return float(json.loads(out.stdout.splitlines()[-1])["value"])
 
 
 def _bare(n: int) -> float:
     out = subprocess.run([sys.executable, "-c",
                           f"from benchmarks.seq_ceiling import bare_call; print(bare_call({n}))"],
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, check=True, cwd=ROOT)
     return float(out.stdout)
 
 

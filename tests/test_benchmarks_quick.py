@@ -366,3 +366,17 @@ def test_native_tier_alone_needs_the_ftn12_figures(
         run.main(["--quick", "--tiers", "native", "--out", str(tmp_path)])
     assert exc.value.code == 2
     assert f"{tmp_path / 'results.json'}: not found" in capsys.readouterr().err
+
+
+def test_seq_ceiling_prints_the_bare_call_and_both_backends(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import seq_ceiling
+
+    assert seq_ceiling.bare_call(2_000) > 0
+    assert seq_ceiling.main(["--no-js", "--rounds", "1", "-n", "2000"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line[:26].strip(): line[26:].split() for line in lines[2:]}
+    assert set(rows) == {"bare call (no engine)", "futoin_anyio asyncio", "futoin_anyio trio"}
+    for rate, ns, ratio in rows.values():
+        assert float(rate) > 0 and int(ns) > 0
+        assert ratio == "n/a"  # no JS side asked for
