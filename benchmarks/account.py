@@ -1,9 +1,9 @@
-"""What a request costs: counts per request of the gateway's ok path, futoin against plain.
+"""What a request costs: counts per request of the gateway's front, futoin against plain.
 
 From the repository root::
 
-    python -m benchmarks.account                     # 2,000 requests, both backends
-    python -m benchmarks.account -n 500 --backends trio
+    python -m benchmarks.account                     # 2,000 requests, both backends and paths
+    python -m benchmarks.account -n 500 --backends trio --paths ok
 
 Runs ``n`` requests of the ``ok`` path of ``benchmarks.gateway``'s front in this process, one
 after the other in one task, through the front's own ``process_plain`` / ``process_futoin``
@@ -25,6 +25,10 @@ cyclic collector disabled:
   else ``n/a``);
 * **cyclic**: objects left for the cyclic collector: what ``gc.collect()`` finds unreachable
   after the pass.
+
+The ``rejected`` path counts the same for requests the admission refuses at once (the front's
+limiter and admission let one request in per 10^6 s: the warm-up's first; every counted request
+is refused).
 
 Everything is divided by ``n``. The counts are deterministic for a given Python, AnyIO and trio
 (objects and calls may differ by a fraction of one per request between runs).
@@ -48,10 +52,12 @@ if __package__ in (None, ""):  # ``python benchmarks/account.py``
 
 import anyio
 
-from benchmarks._gateway_front import IMPLS, Conn, Front
+from benchmarks._gateway_front import IMPLS, LIMIT, Admission, Conn, Front
 from benchmarks._gateway_load import expected_value, value_a, value_b
+from futoin_anyio import Limiter
 
 BACKENDS = ("asyncio", "trio")
+PATHS = ("ok", "rejected")
 COUNTS = ("scopes", "tasks", "calls", "objects", "cyclic")
 WARMUP = 50
 
@@ -131,8 +137,14 @@ class _Memory:
         return (value_a(rid) if self.name == "a" else value_b(rid, attempt)), None
 
 
-async def _account(impl: str, backend: str, n: int) -> dict[str, Any]:
+async def _account(impl: str, backend: str, n: int, path: str = "ok") -> dict[str, Any]:
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     front = Front(impl, backend)
+    if path == "rejected":  # one entry per 10^6 s: the warm-up's first, then only refusals
+        front.limiter = Limiter(concurrent=LIMIT, max_queue=0, rate=1, period_ms=10**9,
+                                burst=0)
+        front.admission = Admission(LIMIT, 1, 10**6, front.clock)
     if backend == "trio":
         import trio
 
@@ -151,14 +163,17 @@ async def _account(impl: str, backend: str, n: int) -> dict[str, Any]:
             next_id[0] += 1
             rid = next_id[0]
             outcome, value = await process(conn, {"id": rid, "kind": "ok"})
-            if outcome != "ok" or value != expected_value(rid, "ok"):
-                raise AssertionError(f"request {rid}: {outcome} {value}")
+            if path == "ok":
+                if outcome != "ok" or value != expected_value(rid, "ok"):
+                    raise AssertionError(f"request {rid}: {outcome} {value}")
+            elif outcome != "rejected" and rid > 1:
+                raise AssertionError(f"request {rid}: {outcome}, not rejected")
 
     await requests(WARMUP)
     gc.collect()
     gc.disable()
     try:
-        out: dict[str, Any] = {"impl": impl, "backend": backend, "n": n}
+        out: dict[str, Any] = {"impl": impl, "backend": backend, "path": path, "n": n}
         # scopes and calls
         enter = scope_class.__enter__.__code__
         tally = {"calls": 0, "scopes": 0}
@@ -230,9 +245,9 @@ async def _count_tasks(backend: str, requests: Callable[[int], Any], n: int) -> 
     return spawned[0]
 
 
-def account(impl: str, backend: str, n: int) -> dict[str, Any]:
-    """The counts per request of ``n`` ok requests of ``impl`` on ``backend``."""
-    result: dict[str, Any] = anyio.run(_account, impl, backend, n, backend=backend)
+def account(impl: str, backend: str, n: int, path: str = "ok") -> dict[str, Any]:
+    """The counts per request of ``n`` requests of ``impl`` on ``backend`` taking ``path``."""
+    result: dict[str, Any] = anyio.run(_account, impl, backend, n, path, backend=backend)
     return result
 
 
@@ -243,16 +258,17 @@ def _fmt(value: float | None) -> str:
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    """One line per backend and count: plain, futoin, futoin - plain."""
-    out = ["| backend | per request | plain | futoin | futoin - plain |",
-           "| --- | --- | ---: | ---: | ---: |"]
-    for backend in dict.fromkeys(r["backend"] for r in rows):
-        sides = {r["impl"]: r for r in rows if r["backend"] == backend}
+    """One line per backend, path and count: plain, futoin, futoin - plain."""
+    out = ["| backend | path | per request | plain | futoin | futoin - plain |",
+           "| --- | --- | --- | ---: | ---: | ---: |"]
+    for backend, path in dict.fromkeys((r["backend"], r.get("path", "ok")) for r in rows):
+        sides = {r["impl"]: r for r in rows
+                 if r["backend"] == backend and r.get("path", "ok") == path}
         plain, ours = sides["plain"], sides["futoin"]
         for count in COUNTS:
             p, f = plain[count], ours[count]
             diff = "n/a" if p is None or f is None else f"{f - p:+,.1f}"
-            out.append(f"| {backend} | {count} | {_fmt(p)} | {_fmt(f)} | {diff} |")
+            out.append(f"| {backend} | {path} | {count} | {_fmt(p)} | {_fmt(f)} | {diff} |")
     missing = {r["objects_na"] for r in rows if r.get("objects_na")}
     if missing:
         out += ["", "objects: n/a: " + "; ".join(sorted(missing))]
@@ -264,11 +280,13 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=2000, help="requests per count and side")
     parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--paths", default=",".join(PATHS), help="ok, rejected, or both")
     parser.add_argument("--json", type=Path, help="write the counts here")
     args = parser.parse_args(argv)
-    rows = [account(impl, backend, args.n)
-            for backend in args.backends.split(",") for impl in IMPLS]
-    print(f"Per ok request of the gateway's front, in process, {args.n} requests per count "
+    rows = [account(impl, backend, args.n, path)
+            for backend in args.backends.split(",") for path in args.paths.split(",")
+            for impl in IMPLS]
+    print(f"Per request of the gateway's front, in process, {args.n} requests per count "
           f"(Python {sys.version.split()[0]}, anyio {_version('anyio')}, "
           f"trio {_version('trio')})")
     print()

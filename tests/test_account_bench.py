@@ -17,6 +17,7 @@ from benchmarks import account
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_account_counts_each_side(backend: str) -> None:
     rows = [account.account(impl, backend, 20) for impl in ("plain", "futoin")]
+    assert {row["path"] for row in rows} == {"ok"}
     for row in rows:
         assert row["scopes"] >= 1, row  # the deadline's scope, at least
         assert row["tasks"] >= 1, row  # the parallel backend calls
@@ -28,7 +29,28 @@ def test_account_counts_each_side(backend: str) -> None:
             assert row["objects"] > 10, row
     table = account.render(rows)
     for count in account.COUNTS:
-        assert f"| {backend} | {count} |" in table
+        assert f"| {backend} | ok | {count} |" in table
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_account_of_rejected_requests(backend: str) -> None:
+    # Every counted request is refused (the account checks each outcome): no deadline scope
+    # and no backend task on either side (futoin's promise() makes a schedule point every
+    # 16th instant call, which on asyncio enters a scope); calls are still made.
+    rows = [account.account(impl, backend, 32, "rejected") for impl in ("plain", "futoin")]
+    for row in rows:
+        assert row["path"] == "rejected"
+        assert row["scopes"] < 0.1 and row["tasks"] == 0, row
+        assert row["calls"] >= 1 and row["cyclic"] >= 0, row
+    plain = rows[0]
+    assert plain["cyclic"] == 0, plain  # a refusal is a return: nothing for the collector
+    table = account.render(rows)
+    assert f"| {backend} | rejected | cyclic |" in table
+
+
+def test_account_path_is_checked() -> None:
+    with pytest.raises(ValueError, match="path must be one of"):
+        account.account("plain", "asyncio", 1, "mixed")
 
 
 def test_the_object_counter_counts_objects_created() -> None:
