@@ -25,7 +25,7 @@ from asyncio import Future as _asyncio_future_type
 from asyncio import _get_running_loop as _running_asyncio_loop
 from collections import deque
 from collections.abc import Callable, Coroutine
-from contextvars import copy_context
+from contextvars import ContextVar, copy_context
 from heapq import heapify, heappop, heappush
 from threading import Lock, get_ident
 from typing import TYPE_CHECKING, Any, final
@@ -35,6 +35,7 @@ from anyio import CancelScope, create_task_group, get_cancelled_exc_class
 from anyio.abc import TaskGroup
 from anyio.lowlevel import checkpoint
 
+from . import _instrument as _ins
 from ._alarm import Alarm
 from ._alarm import arm as arm_alarm
 from ._errors import Errors, FutoInError
@@ -50,7 +51,7 @@ from ._flow import (
     _start_root,
     scope_class,
 )
-from ._frame import CANCELLING, COMPILED, CORO, _Frame
+from ._frame import CANCELLING, COMPILED, CORO, MODEL, ROOT, _Frame
 from ._reasons import cancel_scope
 
 _sniffio: Any
@@ -64,6 +65,7 @@ if sys.version_info < (3, 11):  # pragma: no cover
 
 if TYPE_CHECKING:
     from ._steps import AsyncSteps
+    from ._tool import AsyncTool
 
 __all__ = ("BURST", "Handle")
 
@@ -87,6 +89,47 @@ _foreign = Lock()
 #: The timer heap may hold this many entries of cancelled timers beyond twice the scheduled
 #: count before it is rebuilt without them (see :meth:`_Driver._push_timer`).
 _PRUNE_SLACK = 64
+
+
+#: The AsyncTool of the innermost ``async with AsyncTool()`` block (set by ``_tool``).
+_current_tool: ContextVar[AsyncTool | None] = ContextVar("futoin_anyio_tool", default=None)
+
+
+def _execute(root: AsyncSteps, unhandled_error: Callable[[str], object] | None = None) -> None:
+    """Start this root in the current AsyncTool and return at once.
+
+    An unhandled error calls ``unhandled_error(code)`` if given, else it is logged on the
+    ``futoin_anyio`` logger; it never breaks the tool. On the AsyncTool's loop thread (else
+    ``RuntimeError``).
+    """
+    if root._status is not MODEL or root._parent is not None:
+        root._check_startable("execute()")
+    tool = root._tool or _current_tool.get()
+    if tool is None:
+        root._no_tool(None)
+        return  # (never: _no_tool() raises; a typed tool is not read as None)
+    if tool._thread != get_ident() or (tool._closing and tool._tg is None):
+        root._no_tool(tool)
+    if unhandled_error is not None and not callable(unhandled_error):
+        raise TypeError("execute(): unhandled_error must be callable")
+    # The flow is made when the root first runs: a root that runs to its end in one burst
+    # then leaves no long-lived objects behind for the garbage collector to scan.
+    root._status = ROOT
+    root._started = True
+    root._tool = tool
+    root._unhandled = unhandled_error
+    roots = tool._roots  # a hot path: the containers are made here when first needed
+    if roots is _EMPTY:
+        roots = tool._roots = set()
+    roots.add(root)
+    ready = tool._ready
+    if ready is _EMPTY:
+        ready = tool._ready = deque()
+    ready.append(root)
+    if _ins.ACTIVE:
+        _ins.started(root, tool, False)
+    if tool._sleep_scope is not None or tool._inline is not None:
+        tool._wake()
 
 
 def _gone() -> None:

@@ -15,8 +15,8 @@ cdef class AsyncSteps(_Frame):
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
 cdef object AsyncTool, BURST, COMPILED, CORO, CORO_CREATED, DONE, EXEC, Errors, FAILING
 cdef object FutoInError, HANDLER, Iterable, MODEL, Mapping, ParallelSteps, ROOT, SUBSTEPS, State
-cdef object TYPE_CHECKING, WAIT, _EMPTY, _FOR_EACH, _LOOP, _Loop, _REPEAT, _STATUS_NAMES
-cdef object _WAIT_ONLY, _YIELD_EVERY, _binary, _check_ms, _first_runs, _ins, _internal
-cdef object _live_add, _live_discard, _runner, _weakref, _wrong_thread, deque, fresh_state
-cdef object get_ident, getcoroutinestate, hooked_flow, isawaitable, iscoroutine, logger, logging
-cdef object state_from, sys
+cdef object TYPE_CHECKING, WAIT, _FOR_EACH, _LOOP, _Loop, _REPEAT, _STATUS_NAMES, _WAIT_ONLY
+cdef object _YIELD_EVERY, _binary, _check_ms, _first_runs, _ins, _internal, _live_add
+cdef object _live_discard, _runner, _weakref, _wrong_thread, fresh_state, get_ident
+cdef object getcoroutinestate, hooked_flow, isawaitable, iscoroutine, logger, logging, state_from
+cdef object sys

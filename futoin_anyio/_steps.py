@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from inspect import CORO_CREATED, getcoroutinestate, isawaitable, iscoroutine
 from threading import get_ident
@@ -22,7 +21,7 @@ from anyio.lowlevel import checkpoint_if_cancelled as _checkpoint_if_cancelled
 
 from . import _flow as _runner
 from . import _instrument as _ins
-from ._driver import _EMPTY, BURST
+from ._driver import BURST, _execute
 from ._errors import Errors, FutoInError
 from ._flow import _Flow, _flow_deadline, _start_root
 from ._frame import (
@@ -565,38 +564,10 @@ class AsyncSteps(_Frame):
 
     # -- control API (§2.2.3) -----------------------------------------------------------------
 
-    def execute(self, unhandled_error: Callable[[str], object] | None = None) -> None:
-        """Start this root in the current AsyncTool and return at once.
-
-        An unhandled error calls ``unhandled_error(code)`` if given, else it is logged on the
-        ``futoin_anyio`` logger; it never breaks the tool. On the AsyncTool's loop thread (else
-        ``RuntimeError``).
-        """
-        if self._status is not MODEL or self._parent is not None:
-            self._check_startable("execute()")
-        tool = self._tool or current_tool()
-        if tool is None or tool._thread != get_ident() or (tool._closing and tool._tg is None):
-            self._no_tool(tool)
-        if unhandled_error is not None and not callable(unhandled_error):
-            raise TypeError("execute(): unhandled_error must be callable")
-        # The flow is made when the root first runs: a root that runs to its end in one burst
-        # then leaves no long-lived objects behind for the garbage collector to scan.
-        self._status = ROOT
-        self._started = True
-        self._tool = tool
-        self._unhandled = unhandled_error
-        roots = tool._roots  # a hot path: the containers are made here when first needed
-        if roots is _EMPTY:
-            roots = tool._roots = set()
-        roots.add(self)
-        ready = tool._ready
-        if ready is _EMPTY:
-            ready = tool._ready = deque()
-        ready.append(self)
-        if _ins.ACTIVE:
-            _ins.started(self, tool, False)
-        if tool._sleep_scope is not None or tool._inline is not None:
-            tool._wake()
+    # Start this root in the current AsyncTool (``_driver._execute``, which has its docstring):
+    # a function of the driver's module, so that the compiled build reads the tool's fields in
+    # C; a method all the same, with no frame in between.
+    execute = _execute
 
     # First run of a root started with ``execute()``: the pure build's driver calls it as a
     # method (no frame in between); the compiled one calls ``_flow._start_root`` in C.

@@ -12,7 +12,6 @@ the ``async with`` block), :class:`Handle` (defined with the driver, which makes
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass
 from threading import get_ident
 from types import TracebackType
@@ -21,7 +20,7 @@ from weakref import ReferenceType
 
 from anyio import create_task_group
 
-from ._driver import Handle, _Driver, _foreign, _unwrap_group
+from ._driver import Handle, _current_tool, _Driver, _foreign, _unwrap_group
 from ._errors import Errors, FutoInError
 from ._frame import _internal
 
@@ -29,7 +28,6 @@ __all__ = ("AsyncTool", "AsyncToolStatistics", "Handle")
 
 _new_handle = object.__new__
 
-_current_tool: ContextVar[AsyncTool | None] = ContextVar("futoin_anyio_tool", default=None)
 
 #: The registry of live roots, for the flow dump: a weak reference to every AsyncTool whose block
 #: was entered, dropped from the set (by the reference's callback) as soon as the tool is freed.
