@@ -261,9 +261,8 @@ def render(rows: list[dict[str, Any]]) -> str:
     """One line per backend, path and count: plain, futoin, futoin - plain."""
     out = ["| backend | path | per request | plain | futoin | futoin - plain |",
            "| --- | --- | --- | ---: | ---: | ---: |"]
-    for backend, path in dict.fromkeys((r["backend"], r.get("path", "ok")) for r in rows):
-        sides = {r["impl"]: r for r in rows
-                 if r["backend"] == backend and r.get("path", "ok") == path}
+    for backend, path in dict.fromkeys((r["backend"], r["path"]) for r in rows):
+        sides = {r["impl"]: r for r in rows if r["backend"] == backend and r["path"] == path}
         plain, ours = sides["plain"], sides["futoin"]
         for count in COUNTS:
             p, f = plain[count], ours[count]

@@ -33,9 +33,8 @@ cdef class _RawTask:
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,
 # Cython caches no module-global look-up (each read would be a dict look-up). They are
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
-cdef object Any, CANCELLING, COMPILED, CORO, MODEL, ROOT, _ins, Callable, CancelScope, Coroutine
-cdef object Errors, FutoInError
-cdef object Lock
+cdef object Any, CANCELLING, COMPILED, CORO, Callable, CancelScope, Coroutine, Errors
+cdef object FutoInError, Lock, MODEL, ROOT, _ins
 cdef object TYPE_CHECKING, _Future, _PRUNE_SLACK, _asyncio_future_type, _close_unstarted
 cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
 cdef object _running_asyncio_loop, _sniffio, anyio, arm_alarm, cancel_scope, checkpoint

@@ -17,9 +17,7 @@ cdef class Mutex:
     cdef public Py_ssize_t _held, _max
 
     cpdef bint _acquire_nowait(self, key, thread) except -1
-    @cython.locals(count=object)
     cpdef _release(self, key, what=*)
-    @cython.locals(waiter=object, entry=_Entry)
     cpdef _grant(self)
 
 

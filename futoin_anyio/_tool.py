@@ -28,7 +28,6 @@ __all__ = ("AsyncTool", "AsyncToolStatistics", "Handle")
 
 _new_handle = object.__new__
 
-
 #: The registry of live roots, for the flow dump: a weak reference to every AsyncTool whose block
 #: was entered, dropped from the set (by the reference's callback) as soon as the tool is freed.
 #: It keeps nothing alive; a tool lists its executed roots itself (``_roots``), a ``promise()``

@@ -41,7 +41,7 @@ def test_account_of_rejected_requests(backend: str) -> None:
     for row in rows:
         assert row["path"] == "rejected"
         assert row["scopes"] < 0.1 and row["tasks"] == 0, row
-        assert row["calls"] >= 1 and row["cyclic"] >= 0, row
+        assert row["calls"] >= 1, row
     plain = rows[0]
     assert plain["cyclic"] == 0, plain  # a refusal is a return: nothing for the collector
     table = account.render(rows)
