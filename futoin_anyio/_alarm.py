@@ -44,12 +44,13 @@ logger = logging.getLogger("futoin_anyio")
 class Alarm:
     """One armed alarm: calls ``due()`` at ``when`` (the event loop's clock) unless disarmed."""
 
-    __slots__ = ("_handle", "due", "when")
+    __slots__ = ("_handle", "_sleeper", "due", "when")
 
     def __init__(self, when: float, due: Callable[[], object]) -> None:
         self.when = when
         self.due: Callable[[], object] | None = due
         self._handle: Any = None  # asyncio's TimerHandle
+        self._sleeper: _Sleeper | None = None  # trio's: the run's sleeper that holds it
 
     def disarm(self) -> None:
         """It will not fire (a no-op once it has)."""
@@ -61,7 +62,15 @@ class Alarm:
             self._handle = None
             handle.cancel()
         else:
-            _trio_disarmed(self)
+            sleeper = self._sleeper
+            if sleeper is not None:
+                self._sleeper = None
+                # The sleeping task's deadline stays, even when this was the nearest alarm: a
+                # deadline moved costs a trio scope's bookkeeping (about ten calls) at every
+                # disarm, where a task woken for nothing goes back to sleep until the next live
+                # alarm once per stale deadline (a disarmed alarm is most often the nearest: the
+                # first armed is the first done).
+                sleeper.live -= 1
 
     def _fire(self) -> None:
         due = self.due
@@ -77,12 +86,13 @@ class Alarm:
 
 def arm(library: str, loop: Any, when: float, due: Callable[[], object]) -> Alarm:
     """An alarm calling ``due()`` at ``when``, on the event loop's thread. ``loop`` is the
-    running asyncio loop (unused on trio)."""
+    running asyncio loop, or on trio the run's token (``trio.lowlevel.current_trio_token()``,
+    which tells its run's sleeper without a look-up)."""
     alarm = Alarm(when, due)
     if library == "asyncio":
         alarm._handle = loop.call_at(when, alarm._fire)
     else:
-        _trio_arm(alarm)
+        _trio_arm(alarm, loop)
     return alarm
 
 
@@ -94,9 +104,10 @@ _run_var: Any = None
 class _Sleeper:
     """The alarms of one trio run and the system task that fires them."""
 
-    __slots__ = ("deadline", "heap", "live", "scope", "seq")
+    __slots__ = ("deadline", "heap", "live", "scope", "seq", "token")
 
-    def __init__(self) -> None:
+    def __init__(self, token: Any) -> None:
+        self.token = token  # the run's TrioToken: which run this sleeper serves
         self.heap: list[tuple[float, int, Alarm]] = []
         self.live = 0  # alarms armed and neither fired nor disarmed
         self.seq = 0
@@ -124,26 +135,35 @@ class _Sleeper:
                 alarm = heappop(heap)[2]
                 if alarm.due is not None:
                     self.live -= 1
+                    alarm._sleeper = None
                     alarm._fire()
 
 
-def _sleeper() -> _Sleeper:
-    global _run_var
+#: The sleeper of the run that armed an alarm last (a run's token tells it without RunVar).
+_last: _Sleeper | None = None
+
+
+def _sleeper(token: Any) -> _Sleeper:
+    global _run_var, _last
+    sleeper = _last
+    if sleeper is not None and sleeper.token is token:
+        return sleeper
     trio = sys.modules["trio"]
     if _run_var is None:
         _run_var = trio.lowlevel.RunVar("futoin_anyio_alarms")
-    sleeper: _Sleeper | None = _run_var.get(None)
+    sleeper = _run_var.get(None)
     if sleeper is None:
-        sleeper = _Sleeper()
+        sleeper = _Sleeper(token)
         _run_var.set(sleeper)
         # A fresh context: the task serves every flow of the run, none of whose context it
         # should carry (nor keep alive).
         trio.lowlevel.spawn_system_task(sleeper.run, name=TASK_NAME, context=Context())
+    _last = sleeper
     return sleeper
 
 
-def _trio_arm(alarm: Alarm) -> None:
-    sleeper = _sleeper()
+def _trio_arm(alarm: Alarm, token: Any) -> None:
+    sleeper = alarm._sleeper = _sleeper(token)
     sleeper.seq += 1
     sleeper.live += 1
     heap = sleeper.heap
@@ -156,14 +176,3 @@ def _trio_arm(alarm: Alarm) -> None:
     scope = sleeper.scope
     if scope is not None and alarm.when < sleeper.deadline:
         sleeper.deadline = scope.deadline = alarm.when
-
-
-def _trio_disarmed(alarm: Alarm) -> None:
-    sleeper: _Sleeper | None = _run_var.get(None) if _run_var is not None else None
-    if sleeper is None:  # pragma: no cover - the run is over
-        return
-    sleeper.live -= 1
-    # The sleeping task's deadline stays, even when this was the nearest alarm: a deadline moved
-    # costs a trio scope's bookkeeping (about ten calls) at every disarm, where a task woken for
-    # nothing goes back to sleep until the next live alarm once per stale deadline (a disarmed
-    # alarm is most often the nearest: the first armed is the first done).

@@ -199,6 +199,9 @@ class _Driver:
         "_coro_tasks",
         "_ctx_token",
         "_current",
+        "_exit_alarm",
+        "_exit_ctx",
+        "_exit_server",
         "_exited",
         "_fatal",
         "_helper",
@@ -276,6 +279,12 @@ class _Driver:
         self._raw_tasks: set[_RawTask] = _EMPTY
         self._raw_idle: anyio.Event | None = None
         self._slept = False  # the driver yielded to the event loop (promise(): see there)
+        # While the task waits in its task group's exit (trio, see _drive): the task's own
+        # context, the alarm of the nearest timer, and whether a task of the group serves the
+        # driver's work now.
+        self._exit_ctx: Any = None
+        self._exit_alarm: Alarm | None = None
+        self._exit_server = False
         # What waits for coroutines to end (an unwinding paused at a parallel step, a halted
         # branch, a root's cancel()): (flows, then), in the order they began to wait.
         self._joins: list[tuple[list[_Flow], Callable[[], object]]] = _EMPTY
@@ -304,13 +313,18 @@ class _Driver:
             self._library = "asyncio"
             self._clock = loop.time
         else:
-            global _trio_lowlevel
-            trio = sys.modules["trio"]
-            _trio_lowlevel = trio.lowlevel
-            self._threadsafe = trio.lowlevel.current_trio_token()
+            global _trio_lowlevel, _trio_run
+            lowlevel = _trio_lowlevel
+            if lowlevel is _NoTrio:
+                lowlevel = _trio_lowlevel = sys.modules["trio"].lowlevel
+            token = self._threadsafe = lowlevel.current_trio_token()
             self._library = "trio"
-            # The run's clock itself: trio.current_time() goes through three more calls.
-            self._clock = trio.lowlevel.current_clock().current_time
+            run = _trio_run
+            if run is None or run[0] is not token:
+                # The run's clock itself (trio.current_time() goes through three more calls),
+                # found once per run: a token is its run's for good.
+                run = _trio_run = (token, lowlevel.current_clock().current_time)
+            self._clock = run[1]
 
     def _from_thread(self, func: Callable[..., object], *args: Any, raw: bool = False) -> None:
         """Run ``func(*args)`` in the driver, called from another thread. It runs as a callback
@@ -422,6 +436,17 @@ class _Driver:
         inline, start the helper task that serves everything else meanwhile."""
         sleeper = self._sleep_scope
         if sleeper is not None:
+            if sleeper is self:  # the task waits in its task group's exit (see _drive)
+                if not self._exit_server:
+                    self._exit_server = True
+                    assert self._tg is not None
+                    try:
+                        self._tg.start_soon(self._serve_exit, name="futoin_anyio driver helper")
+                    except RuntimeError:
+                        # The group's last task has ended ("closed to new arrivals"): the
+                        # driver's task is resuming, and sees the work itself.
+                        self._exit_server = False
+                return
             self._sleep_scope = None
             kind = type(sleeper)
             if kind is _Future:
@@ -437,7 +462,10 @@ class _Driver:
     def _start_coroutine(self, runner: _CoroRunner, step: AsyncSteps, coro: Any) -> None:
         """Run the coroutine of ``step``: inline when it belongs to this ``promise()``'s own
         flow and nothing is awaited inline yet, else as a task named after the step function."""
-        if step._flow is self._main and self._inline is None and self._inline_next is None:
+        if step._flow is self._main and self._inline is None and self._inline_next is None \
+                and (self._sleep_scope is not self or not self._roots):
+            # (While the task waits in its group's exit, it runs the step once the group's
+            # tasks have ended: they are the flow's, unless other roots run here.)
             self._inline_next = step
             return
         tg = self._tg
@@ -552,7 +580,7 @@ class _Driver:
             # A late alarm (the task was woken otherwise, and not yet disarmed) finds nobody
             # parked: _wake() then does nothing (no inline run here, or this is the helper).
             alarm = None if deadline == math.inf else arm_alarm(
-                "trio", None, deadline, self._wake)
+                "trio", self._threadsafe, deadline, self._wake)
             self._sleep_scope = _trio_lowlevel.current_task()
             try:
                 await _trio_lowlevel.wait_task_rescheduled(self._abort_park)
@@ -563,12 +591,14 @@ class _Driver:
         if self._timers:
             self._fire_timers()
 
-    async def _loop(self, main: _Flow | None) -> None:
+    async def _loop(self, main: _Flow | None, group: Any = None) -> None:
         """Run until ``main`` (a ``promise()``'s flow) has finished, or for a public tool until
         it is served; return early if a coroutine step needs the task group.
 
         One coroutine frame, and a sleep that parks the task itself when no timer is due: a root
-        blocked in ``promise()`` should hold little more than a blocked task.
+        blocked in ``promise()`` should hold little more than a blocked task. In ``group`` (the
+        trio nursery of a ``promise()``, see :meth:`_drive`) it also returns, unfinished, when
+        it would park while tasks of the group run and no other root runs on this driver.
         """
         while not (main.finished if main is not None else self._served()):
             if self._fatal is not None or (self._need_tg and self._tg is None):
@@ -582,6 +612,8 @@ class _Driver:
                 if self._ready and self._inline_next is None:
                     self._slept = True
                     await checkpoint()
+            elif group is not None and not self._roots and group.child_tasks:
+                return
             elif self._timers and self._next_deadline() != math.inf:
                 self._slept = True
                 await self._idle()
@@ -864,32 +896,115 @@ class _Driver:
 
     async def _drive(self, main: _Flow) -> None:
         """Go on running ``main`` (a ``promise()``'s flow) in the calling task, in a task group
-        for the coroutine steps that need one; raise what stopped the driver."""
-        if self._fatal is None and (self._need_tg or self._pending_coros):
-            error: BaseException | None = None
-            self._slept = True  # the group's exit is a schedule point
-            try:
-                # On trio its own nursery: the same start_soon() and cancel_scope, without
-                # AnyIO's wrapper around it.
-                group: Any = create_task_group() if self._library == "asyncio" \
-                    else sys.modules["trio"].open_nursery()
-                async with group as tg:
-                    self._tg = tg
-                    self._start_pending_coros()
-                    await self._loop(main)
-                    if self._fatal is not None:
-                        cancel_scope(tg.cancel_scope, _fatal_reason(self._fatal))
-                    # Coroutines of cancelled steps end here: the group waits for them.
-            except BaseExceptionGroup as group:
-                error = _unwrap_group(group)
-            finally:
-                self._tg = None
-            if error is not None:
-                raise error
+        for the coroutine steps that need one; raise what stopped the driver.
+
+        On trio, once only the group's tasks can move the flow on (its branches' coroutines
+        run, and nothing is due before they end), the task waits for them in the nursery's own
+        exit rather than parked in :meth:`_loop` and then leaving the nursery: a nursery left
+        after its last child ended makes a schedule point of its own (a turn of the scheduler
+        more per request). Meanwhile a task of the group serves the driver's work as it comes,
+        in this task's context (:meth:`_serve_exit`): a coroutine task that ends serves what its
+        end made ready, the due timers and other wake-ups start one. Once every task has ended
+        the flow goes on here, without the group, as before it needed one.
+        """
+        while True:
+            if self._fatal is None and (self._need_tg or self._pending_coros):
+                error: BaseException | None = None
+                self._slept = True  # the group's exit is a schedule point
+                trio = self._library != "asyncio"
+                try:
+                    # On trio its own nursery: the same start_soon() and cancel_scope, without
+                    # AnyIO's wrapper around it.
+                    group: Any = sys.modules["trio"].open_nursery() if trio \
+                        else create_task_group()
+                    async with group as tg:
+                        self._tg = tg
+                        self._need_tg = False
+                        self._start_pending_coros()
+                        await self._loop(main, tg if trio else None)
+                        if self._fatal is not None:
+                            cancel_scope(tg.cancel_scope, _fatal_reason(self._fatal))
+                        elif not main.finished:
+                            self._park_in_exit()
+                        # Coroutines of cancelled steps end here: the group waits for them.
+                except BaseExceptionGroup as group:
+                    error = _unwrap_group(group)
+                finally:
+                    self._tg = None
+                    if self._sleep_scope is self:
+                        self._unpark_exit()
+                if error is not None:
+                    raise error
+            if main.finished or self._fatal is not None:
+                break
+            await self._loop(main)  # on without a group, until one is needed again
         fatal = self._fatal
         if fatal is not None:
             self._fatal = None
             raise fatal
+
+    def _park_in_exit(self) -> None:
+        """The task is about to wait in its nursery's exit (see :meth:`_drive`)."""
+        self._sleep_scope = self  # what _wake() tells from a parked task or a future
+        self._exit_ctx = _trio_lowlevel.current_task().context
+        self._arm_exit_alarm()
+
+    def _unpark_exit(self) -> None:
+        self._sleep_scope = None
+        self._exit_ctx = None
+        self._exit_server = False
+        alarm = self._exit_alarm
+        if alarm is not None:
+            self._exit_alarm = None
+            alarm.disarm()
+
+    def _arm_exit_alarm(self) -> None:
+        """The alarm of the nearest timer while the task waits in the exit: it wakes the driver
+        (:meth:`_wake` starts a task of the group that fires it)."""
+        deadline = self._next_deadline()
+        alarm = self._exit_alarm
+        if alarm is not None:
+            if alarm.when == deadline and alarm.due is not None:
+                return
+            alarm.disarm()
+        self._exit_alarm = None if deadline == math.inf else arm_alarm(
+            "trio", self._threadsafe, deadline, self._wake)
+
+    async def _serve_exit(self) -> None:
+        """Serve the driver's work (ready flows, callbacks, due timers) from a task of its
+        group while the driver's task waits in the group's exit, in that task's own context:
+        what a step sets in a ``ContextVar`` is where it would be had the driver run it.
+
+        A task of the group that is cancelled serves nothing, nor does any after it (the group
+        is going down, as the driver, cancelled, would run nothing more): ``_exit_server`` stays
+        set and the alarm is off until the task leaves the exit. ``_exit_server`` is set by
+        whoever calls this.
+        """
+        try:
+            await _trio_lowlevel.checkpoint_if_cancelled()
+            while self._sleep_scope is self and self._fatal is None:
+                if not self._ready and not (self._timers and self._timers[0][0] <= self._clock()):
+                    break
+                self._exit_ctx.run(self._tick)
+                if self._ready:
+                    await checkpoint()  # a burst was used up
+        except BaseException:
+            self._exit_gone()
+            raise
+        if self._fatal is not None:
+            self._exit_gone()
+        else:
+            self._exit_server = False
+            if self._sleep_scope is self:
+                self._arm_exit_alarm()
+
+    def _exit_gone(self) -> None:
+        """The group the task waits to leave is going down (cancelled, or a fatal error): no
+        task serves, and no alarm wakes the driver, until the task has left its exit."""
+        alarm = self._exit_alarm
+        if alarm is not None:
+            self._exit_alarm = None
+            alarm.disarm()
 
     def _idle_after_promise(self) -> bool:
         """Is there nothing of this promise() driver's left to cancel?"""
@@ -986,6 +1101,10 @@ class _Driver:
         inline = self._inline_scope
         if inline is not None:
             cancel_scope(inline, _fatal_reason(exc))  # the caller's inline await stops too
+        if self._sleep_scope is self:  # the task waits in its group's exit: end the group
+            assert self._tg is not None
+            cancel_scope(self._tg.cancel_scope, _fatal_reason(exc))
+            return
         self._wake()
 
 
@@ -1019,6 +1138,10 @@ class _NoTrio:
 
 #: ``trio.lowlevel`` once a driver has bound to trio (see :meth:`_Driver._bind`).
 _trio_lowlevel: Any = _NoTrio
+
+#: The token and clock of the trio run a driver bound to last (one tuple: read whole by threads
+#: that each run trio).
+_trio_run: tuple[Any, Callable[[], float]] | None = None
 
 
 def _task_name(step: AsyncSteps) -> str:

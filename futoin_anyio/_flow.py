@@ -797,7 +797,14 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
             driver._tasks_now_idle()
         if driver._joins:  # an unwinding or a cancel() may wait for this coroutine
             driver._soon(driver._check_joins)
-    _coroutine_done(step, result, error, False)
+    if driver._sleep_scope is driver and not driver._exit_server:
+        # The driver's task waits in the group's exit (trio, see _Driver._drive): this task
+        # serves what its end makes ready, before it ends.
+        driver._exit_server = True
+        _coroutine_done(step, result, error, False)
+        await driver._serve_exit()
+    else:
+        _coroutine_done(step, result, error, False)
 
 
 def _close_unstarted(step: AsyncSteps) -> None:

@@ -92,6 +92,16 @@ def _asyncio_cancel_check() -> Callable[[], Awaitable[None]]:
     return _asyncio_check
 
 
+_trio_check: Callable[[], Awaitable[None]] | None = None
+
+
+def _trio_cancel_check() -> Callable[[], Awaitable[None]]:
+    """``trio.lowlevel.checkpoint_if_cancelled``, looked up once (trio is imported by then)."""
+    global _trio_check
+    _trio_check = sys.modules["trio"].lowlevel.checkpoint_if_cancelled
+    return _trio_check
+
+
 #: ``promise()`` calls whose driver never yielded, in a row; every ``_YIELD_EVERY``-th makes a
 #: schedule point (see :meth:`AsyncSteps.promise`).
 _YIELD_EVERY = 16
@@ -605,7 +615,7 @@ class AsyncSteps(_Frame):
         # A cancel point before anything of the root runs: a cancelled task does not start it.
         trio = driver._library != "asyncio"
         if trio:
-            await sys.modules["trio"].lowlevel.checkpoint_if_cancelled()
+            await (_trio_check or _trio_cancel_check())()
         else:
             await (_asyncio_check or _asyncio_cancel_check())()
         try:

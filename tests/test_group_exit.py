@@ -1,0 +1,241 @@
+"""A ``promise()`` whose coroutine branches run as tasks: the caller's task waits for them in its
+nursery's exit (trio), and the driver's work meanwhile is served, in the caller's context, by
+the group's own tasks.
+
+Every test runs on asyncio and trio, in virtual time (trio's ``MockClock``, the fuzzer's
+:class:`fuzz.interp.VirtualTimeLoop` for asyncio); only the scheduling count is trio's alone (the
+wait in the exit is a trio path: asyncio's task group waits as before).
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+import trio
+import trio.testing
+from fuzz.interp import VirtualTimeLoop
+
+from futoin_anyio import AsyncSteps, Errors, FutoInError
+from futoin_anyio._alarm import TASK_NAME as ALARM_TASK
+
+pytestmark = pytest.mark.anyio
+
+_a: ContextVar[str] = ContextVar("test_group_exit_a", default="unset")
+_b: ContextVar[str] = ContextVar("test_group_exit_b", default="unset")
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    if request.param == "trio":
+        return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
+    return ("asyncio", {"loop_factory": VirtualTimeLoop})
+
+
+def _own_tasks() -> set[str | None]:
+    return {t.name for t in anyio.get_running_tasks() if t.name != ALARM_TASK}
+
+
+class _Wakes(trio.abc.Instrument):
+    """Counts how often ``task`` is scheduled to run."""
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.count = 0
+
+    def task_scheduled(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.count += 1
+
+
+async def test_branches_end_with_one_wake_of_the_caller(anyio_backend_name: str) -> None:
+    """Two coroutine branches of one checkpoint each: the caller's task is woken once, when the
+    last of them has ended (as a task waiting in a nursery's exit is), not once by the driver
+    and once more by a nursery left after its tasks had ended."""
+
+    async def one(asi: AsyncSteps) -> None:
+        await anyio.lowlevel.checkpoint()
+        asi.state.total += 1
+
+    async def two(asi: AsyncSteps) -> None:
+        await anyio.lowlevel.checkpoint()
+        asi.state.total += 2
+
+    root = AsyncSteps({"total": 0})
+    root.parallel().add(one).add(two)
+    before = _own_tasks()
+    wakes = None
+    if anyio_backend_name == "trio":
+        wakes = _Wakes(trio.lowlevel.current_task())
+        trio.lowlevel.add_instrument(wakes)
+    try:
+        await root.promise()
+    finally:
+        if wakes is not None:
+            trio.lowlevel.remove_instrument(wakes)
+    assert root.state.total == 3
+    assert _own_tasks() == before
+    if wakes is not None:
+        assert wakes.count == 1
+
+
+async def test_branch_steps_set_the_callers_context() -> None:
+    """A plain step after a branch's coroutine, and the step after the parallel, run in the
+    caller's context, as they would had the caller's task run them (docs/trio.rst)."""
+    seen: list[str] = []
+
+    def branch(var: ContextVar[str], delay: float) -> Any:
+        async def wait(asi: AsyncSteps) -> None:
+            await anyio.sleep(delay)
+
+        def set_var(asi: AsyncSteps) -> None:
+            var.set(f"set after {delay}")
+
+        def steps(asi: AsyncSteps) -> None:
+            asi.add(wait).add(set_var)
+        return steps
+
+    root = AsyncSteps()
+    root.parallel().add(branch(_a, 0.1)).add(branch(_b, 0.2))
+    root.add(lambda asi: seen.extend([_a.get(), _b.get()]))
+    await root.promise()
+    assert seen == ["set after 0.1", "set after 0.2"]
+    assert (_a.get(), _b.get()) == ("set after 0.1", "set after 0.2")
+
+
+async def test_timeout_while_the_branches_run() -> None:
+    """The flow's timeout is due while its coroutine branches run: their cancel handlers run,
+    innermost first, then the error handler, and the flow goes on."""
+    log: list[str] = []
+
+    def branch(name: str) -> Any:
+        async def slow(asi: AsyncSteps) -> None:
+            try:
+                await anyio.sleep(10)
+            finally:
+                log.append(f"{name} cleanup")
+
+        def steps(asi: AsyncSteps) -> None:
+            asi.set_cancel(lambda asi: log.append(f"{name} cancel"))
+            asi.add(slow)
+        return steps
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.set_timeout(50)
+        asi.parallel().add(branch("a")).add(branch("b"))
+
+    def handler(asi: AsyncSteps, code: str) -> None:
+        log.append(f"error {code}")
+        asi.success("recovered")
+
+    root = AsyncSteps()
+    root.add(outer, handler)
+    start = anyio.current_time()
+    assert await root.promise() == "recovered"
+    assert anyio.current_time() - start == pytest.approx(0.05, abs=0.01)
+    assert sorted(log[:2]) == ["a cleanup", "b cleanup"]
+    assert sorted(log[2:4]) == ["a cancel", "b cancel"]
+    assert log[4:] == [f"error {Errors.Timeout}"]
+
+
+async def test_outer_cancellation_with_slow_cleanups_and_a_due_timeout() -> None:
+    """The caller is cancelled while its branches take time to end and the flow's timeout
+    comes due meanwhile: nothing runs the flow on (no handler but the cancel handlers), nothing
+    spins, the cancellation comes out unchanged and no task is left."""
+    log: list[str] = []
+
+    async def slow(asi: AsyncSteps) -> None:
+        try:
+            await anyio.sleep(10)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(1)  # the cleanup outlasts the timeout below
+            log.append("cleanup")
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.set_timeout(500)
+        asi.set_cancel(lambda asi: log.append("cancel"))
+        asi.parallel().add(slow).add(slow)
+
+    root = AsyncSteps()
+    root.add(outer, lambda asi, code: log.append(f"error {code}"))
+    before = _own_tasks()
+    with anyio.move_on_after(0.1) as scope:
+        await root.promise()
+    assert scope.cancelled_caught
+    assert log == ["cleanup", "cleanup", "cancel"]
+    assert _own_tasks() == before
+
+
+async def _cancel_as_the_last_branch_ends() -> list[str]:
+    go = anyio.Event()
+    log: list[str] = []
+
+    async def branch(asi: AsyncSteps) -> None:
+        await go.wait()
+
+    def wait(asi: AsyncSteps) -> None:
+        asi.set_cancel(lambda asi: log.append("cancelled while waiting"))
+        asi.wait_external()
+
+    root = AsyncSteps()
+    root.parallel().add(branch)
+    root.add(wait)
+
+    async def canceller() -> None:
+        await go.wait()
+        root.cancel()
+
+    async def run() -> None:
+        with pytest.raises(FutoInError) as caught:
+            await root.promise()
+        log.append(caught.value.code)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        tg.start_soon(canceller)
+        await anyio.sleep(0.01)
+        go.set()
+    return log
+
+
+async def test_root_cancel_as_the_last_branch_ends() -> None:
+    """``root.cancel()`` from another task just after the last branch has ended (its nursery
+    closed, the caller's task not yet back), the flow waiting in the step after the parallel:
+    the root ends Cancelled and nothing is raised elsewhere. Both orders of the two wake-ups
+    are tried (trio runs a batch of tasks in either order)."""
+    for _ in range(20):
+        log = await _cancel_as_the_last_branch_ends()
+        assert log in (["cancelled while waiting", Errors.Cancelled], [Errors.Cancelled])
+
+
+async def test_keyboard_interrupt_of_a_branch_step_while_the_caller_waits() -> None:
+    """A branch's plain step raises KeyboardInterrupt while the caller waits for the branches:
+    the other branch is cancelled, the interrupt comes out of ``promise()`` bare."""
+    log: list[str] = []
+
+    async def quick(asi: AsyncSteps) -> None:
+        await anyio.lowlevel.checkpoint()
+
+    async def slow(asi: AsyncSteps) -> None:
+        try:
+            await anyio.sleep(10)
+        finally:
+            log.append("slow cleanup")
+
+    def interrupt(asi: AsyncSteps) -> None:
+        raise KeyboardInterrupt
+
+    def interrupting(asi: AsyncSteps) -> None:
+        asi.add(quick).add(interrupt)
+
+    root = AsyncSteps()
+    root.parallel().add(interrupting).add(slow)
+    before = _own_tasks()
+    with pytest.raises(KeyboardInterrupt):
+        await root.promise()
+    assert log == ["slow cleanup"]
+    assert _own_tasks() == before
