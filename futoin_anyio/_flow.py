@@ -775,6 +775,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     driver = flow.driver
     error: BaseException | None = None
     result: Any = None
+    serve = False
     driver._coro_tasks += 1
     try:
         if step._status is not CORO or flow.finished or flow.root._status is CANCELLING:
@@ -790,6 +791,10 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
                     raise  # cancellation: our scope absorbs its own, anything else goes out
                 driver._report_fatal(exc)
                 return
+        if driver._sleep_scope is driver and not driver._exit_server:
+            # The driver's task waits in the group's exit (trio, see _Driver._drive): this task
+            # serves what its end makes ready (and the wait it ends, below), before it ends.
+            driver._exit_server = serve = True
     finally:
         ext.coro = None
         driver._coro_tasks -= 1
@@ -797,14 +802,9 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
             driver._tasks_now_idle()
         if driver._joins:  # an unwinding or a cancel() may wait for this coroutine
             driver._soon(driver._check_joins)
-    if driver._sleep_scope is driver and not driver._exit_server:
-        # The driver's task waits in the group's exit (trio, see _Driver._drive): this task
-        # serves what its end makes ready, before it ends.
-        driver._exit_server = True
-        _coroutine_done(step, result, error, False)
+    _coroutine_done(step, result, error, False)
+    if serve:
         await driver._serve_exit()
-    else:
-        _coroutine_done(step, result, error, False)
 
 
 def _close_unstarted(step: AsyncSteps) -> None:
