@@ -87,6 +87,9 @@ class _Entry:
                 except BaseException:
                     mutex._release(key)
                     raise
+                if entered is None:  # the rate's queue is full
+                    mutex._release(key)
+                    raise func.throttle._queue.rejection()  # type: ignore[union-attr]
             entry.state = HELD
             on_exit(asi, _Entry.leave, entry)
             if _ins.ACTIVE:

@@ -119,20 +119,23 @@ class _Section:
         self.onerror = onerror
 
     def __call__(self, asi: AsyncSteps, *args: Any) -> None:
-        self._go_on(asi, self._admit(asi), args)
+        entered = self._admit(asi)
+        if entered is None:
+            raise self.throttle._queue.rejection()
+        self._go_on(asi, entered, args)
 
-    def _admit(self, asi: AsyncSteps) -> bool:
-        """Enter the current period (``True``) or wait for a later one (``False``); a full
-        queue refuses: raises ``DefenseRejected``, with no waiter made and dropped."""
+    def _admit(self, asi: AsyncSteps) -> bool | None:
+        """Enter the current period (``True``), wait for a later one (``False``), or ``None``
+        when the queue is full: the caller raises its ``DefenseRejected`` (from its own frame,
+        the one the traceback starts at), with no waiter made and dropped."""
         throttle = self.throttle
         driver = asi._flow.driver  # type: ignore[union-attr]
         # The driver's clock is the event loop's (anyio.current_time() without its backend
         # lookup).
         if throttle._enter_nowait(driver._clock(), driver._thread):
             return True
-        queue = throttle._queue
-        if queue.full():
-            raise queue.rejection()
+        if throttle._queue.full():
+            return None
         return False
 
     def _go_on(self, asi: AsyncSteps, entered: bool, args: tuple[Any, ...]) -> None:
