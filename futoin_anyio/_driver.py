@@ -953,10 +953,7 @@ class _Driver:
         self._sleep_scope = None
         self._exit_ctx = None
         self._exit_server = False
-        alarm = self._exit_alarm
-        if alarm is not None:
-            self._exit_alarm = None
-            alarm.disarm()
+        self._exit_gone()
 
     def _arm_exit_alarm(self) -> None:
         """The alarm of the nearest timer while the task waits in the exit: it wakes the driver
@@ -999,8 +996,9 @@ class _Driver:
                 self._arm_exit_alarm()
 
     def _exit_gone(self) -> None:
-        """The group the task waits to leave is going down (cancelled, or a fatal error): no
-        task serves, and no alarm wakes the driver, until the task has left its exit."""
+        """No alarm wakes the driver any more: the task has left its group's exit, or the group
+        is going down (cancelled, or a fatal error; then no task serves either, as
+        ``_exit_server`` stays set, until the task has left the exit)."""
         alarm = self._exit_alarm
         if alarm is not None:
             self._exit_alarm = None
