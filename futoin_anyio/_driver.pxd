@@ -7,8 +7,9 @@ from futoin_anyio._frame cimport _Frame
 
 # Not final: AsyncTool (_tool.py) is its subclass.
 cdef class _Driver:
-    cdef public object _clock, _ctx_token, _current, _exit_alarm, _exit_ctx, _fatal, _helper_ended
-    cdef public object _inline, _inline_alarm, _inline_next, _inline_scope, _instruments, _joins
+    cdef public object _clock, _ctx_token, _current, _exit_alarm, _caller_ctx, _fatal, _helper_ended
+    cdef public object _inline, _inline_alarm, _inline_ctx, _inline_flow, _inline_next
+    cdef public object _inline_scope, _instruments, _joins
     cdef public object _library, _main
     cdef public object _pending_coros, _raw_idle, _raw_tasks, _ready, _roots, _sleep_scope
     cdef public object _tasks_idle, _tg, _thread, _threadsafe, _timers
@@ -35,7 +36,8 @@ cdef class _RawTask:
 # Cython caches no module-global look-up (each read would be a dict look-up). They are
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
 cdef object Any, CANCELLING, COMPILED, CORO, Callable, CancelScope, Coroutine, Errors
-cdef object FutoInError, Lock, MODEL, ROOT, _ins
+cdef object FutoInError, Lock, MODEL, ROOT, _ins, _TASK_CONTEXT, _asyncio_current_task
+cdef object Context, Generator
 cdef object TYPE_CHECKING, _Future, _PRUNE_SLACK, _asyncio_future_type, _close_unstarted
 cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
 cdef object _running_asyncio_loop, _sniffio, anyio, arm_alarm, cancel_scope, checkpoint

@@ -7,10 +7,13 @@ function calls, keeps their timers in one heap, and yields to the event loop abo
 
 Coroutine steps of a ``promise()`` root's own flow are awaited by the driver itself, in the
 calling task (*inline*, ``_run_inline``), inside one cancel scope shared by consecutive coroutine
-steps: its deadline is the nearest ``set_timeout()`` of the flow. Whatever else needs the driver
-meanwhile (a callback, a timer, another flow) is served by a helper task started only then.
-Coroutine steps of concurrent flows (parallel branches, roots of a public AsyncTool) run as tasks
-of their own, in the driver's task group, which is opened the first time one is needed.
+steps: its deadline is the nearest ``set_timeout()`` of the flow. So is the first coroutine step
+of the root's parallel branches to start while nothing is awaited inline (in a copy of the
+caller's context, as a task would run it). Whatever else needs the driver meanwhile (a callback,
+a timer, another flow) is served by a coroutine task that ends, or by a helper task started only
+then. The other coroutine steps of concurrent flows (parallel branches, roots of a public
+AsyncTool) run as tasks of their own, in the driver's task group, which is opened the first time
+one is needed.
 
 :class:`_Driver` holds the state (all the slots) and this machinery; ``AsyncTool`` (``_tool``)
 adds the public methods on top.
@@ -23,9 +26,10 @@ import math
 import sys
 from asyncio import Future as _asyncio_future_type
 from asyncio import _get_running_loop as _running_asyncio_loop
+from asyncio import current_task as _asyncio_current_task
 from collections import deque
-from collections.abc import Callable, Coroutine
-from contextvars import ContextVar, copy_context
+from collections.abc import Callable, Coroutine, Generator
+from contextvars import Context, ContextVar, copy_context
 from heapq import heapify, heappop, heappush
 from threading import Lock, get_ident
 from typing import TYPE_CHECKING, Any, final
@@ -89,6 +93,11 @@ _foreign = Lock()
 #: The timer heap may hold this many entries of cancelled timers beyond twice the scheduled
 #: count before it is rebuilt without them (see :meth:`_Driver._push_timer`).
 _PRUNE_SLACK = 64
+
+#: An asyncio task tells its context (``Task.get_context()``, Python 3.12): a parallel branch's
+#: coroutine step may then be awaited inline (see :meth:`_Driver._start_coroutine`); trio's
+#: tasks always do.
+_TASK_CONTEXT = sys.version_info >= (3, 12)
 
 
 #: The AsyncTool of the innermost ``async with AsyncTool()`` block (set by ``_tool``).
@@ -194,13 +203,13 @@ class _Driver:
     _inline_alarm: Alarm | None
 
     __slots__ = (
+        "_caller_ctx",
         "_clock",
         "_closing",
         "_coro_tasks",
         "_ctx_token",
         "_current",
         "_exit_alarm",
-        "_exit_ctx",
         "_exit_server",
         "_exited",
         "_fatal",
@@ -211,6 +220,11 @@ class _Driver:
         # The alarm of the flow's nearest set_timeout() while it is awaited inline (_alarm):
         # set by each inline run, read only during one.
         "_inline_alarm",
+        # The context the next inline step runs in: a copy of the caller's for a branch's step
+        # (as its task would have), None for the root's own flow (the caller's context itself).
+        "_inline_ctx",
+        # The flow whose coroutine steps the inline run awaits (its alarm is that flow's).
+        "_inline_flow",
         "_inline_next",
         "_inline_scope",
         # An AsyncTool's own instruments (_instrument.add_instrument(..., tool=)): never
@@ -271,6 +285,8 @@ class _Driver:
         self._main: _Flow | None = None
         self._inline: AsyncSteps | None = None
         self._inline_next: AsyncSteps | None = None
+        self._inline_ctx: Context | None = None
+        self._inline_flow: _Flow | None = None
         self._inline_scope: CancelScope | None = None
         self._helper = False
         self._helper_ended: anyio.Event | None = None
@@ -279,10 +295,11 @@ class _Driver:
         self._raw_tasks: set[_RawTask] = _EMPTY
         self._raw_idle: anyio.Event | None = None
         self._slept = False  # the driver yielded to the event loop (promise(): see there)
-        # While the task waits in its task group's exit (trio, see _drive): the task's own
-        # context, the alarm of the nearest timer, and whether a task of the group serves the
-        # driver's work now.
-        self._exit_ctx: Any = None
+        # While other tasks serve the driver's work (it waits in its task group's exit, see
+        # _drive; it awaits a branch inline, see _run_inline): its task's own context, in which
+        # they run it. While it waits in the exit (trio): the alarm of the nearest timer, and
+        # whether a task of the group serves the driver's work now.
+        self._caller_ctx: Any = None
         self._exit_alarm: Alarm | None = None
         self._exit_server = False
         # What waits for coroutines to end (an unwinding paused at a parallel step, a halted
@@ -460,14 +477,31 @@ class _Driver:
             self._start_helper()
 
     def _start_coroutine(self, runner: _CoroRunner, step: AsyncSteps, coro: Any) -> None:
-        """Run the coroutine of ``step``: inline when it belongs to this ``promise()``'s own
-        flow and nothing is awaited inline yet, else as a task named after the step function."""
-        if step._flow is self._main and self._inline is None and self._inline_next is None \
-                and (self._sleep_scope is not self or not self._roots):
-            # (While the task waits in its group's exit, it runs the step once the group's
-            # tasks have ended: they are the flow's, unless other roots run here.)
-            self._inline_next = step
-            return
+        """Run the coroutine of ``step``: inline when it belongs to this ``promise()``'s root
+        and nothing is awaited inline yet, else as a task named after the step function.
+
+        A step of the root's own flow runs in the caller's context; a step of one of its
+        parallel branches in a copy of it, taken now, as its task would (then the caller's
+        task is one of the branches' tasks: the first to start spares a task). Not while the
+        caller's task waits in its group's exit (the step would wait for the group's tasks),
+        nor on asyncio before Python 3.12 (its tasks do not tell their context, in which the
+        branches' other steps must run meanwhile: see :meth:`_serve_inline`).
+        """
+        main = self._main
+        if main is not None and self._inline is None and self._inline_next is None:
+            flow = step._flow
+            if flow is main:
+                if self._sleep_scope is not self or not self._roots:
+                    # (While the task waits in its group's exit, it runs the step once the
+                    # group's tasks have ended: they are the flow's, unless other roots run
+                    # here.)
+                    self._inline_next = step
+                    return
+            elif flow is not None and flow.root is main.root and self._sleep_scope is not self \
+                    and (_TASK_CONTEXT or self._library != "asyncio"):
+                self._inline_next = step
+                self._inline_ctx = copy_context()
+                return
         tg = self._tg
         if tg is not None:
             # trio's own nursery (a promise() driver's, see _drive) names a task after the
@@ -557,8 +591,9 @@ class _Driver:
         timers[:] = [entry for entry in timers if entry[2]._tool is not None]
         heapify(timers)
 
-    async def _idle(self) -> None:
-        """Sleep until woken (a flow or callback became ready) or the nearest timer is due.
+    async def _idle(self, fire: bool = True) -> None:
+        """Sleep until woken (a flow or callback became ready) or the nearest timer is due;
+        then fire the due timers (unless not to ``fire``: the helper fires them in a context).
 
         The task parks itself as in :meth:`_loop`, with a timer of the event loop's for the
         deadline: on asyncio a ``call_at()`` that completes the future, on trio an alarm (see
@@ -588,7 +623,7 @@ class _Driver:
                 self._sleep_scope = None
                 if alarm is not None:
                     alarm.disarm()
-        if self._timers:
+        if fire and self._timers:
             self._fire_timers()
 
     async def _loop(self, main: _Flow | None, group: Any = None) -> None:
@@ -637,12 +672,13 @@ class _Driver:
         return sys.modules["trio"].lowlevel.Abort.SUCCEEDED
 
     async def _run_inline(self) -> None:
-        """Await the coroutine steps of this ``promise()``'s flow in the calling task.
+        """Await the coroutine steps of this ``promise()``'s flow (or of one of its parallel
+        branches) in the calling task.
 
         Consecutive coroutine steps (and the plain steps between them) share one cancel scope:
-        its deadline is the flow's nearest ``set_timeout()``; a timeout, ``asi.cancel()`` or an
-        external error cancels it. The backend's cancellation from outside goes through
-        unchanged.
+        its deadline is the nearest ``set_timeout()`` of the flow and of the flows it is a
+        branch of; a timeout, ``asi.cancel()`` or an external error cancels it. The backend's
+        cancellation from outside goes through unchanged.
         """
         step = self._inline_next
         assert step is not None
@@ -653,15 +689,24 @@ class _Driver:
         # cancels the scope with its reason (see _alarm). Without a deadline argument the
         # constructor also skips its deadline handling (about 40 % of its cost).
         self._inline_alarm = None
+        self._inline_flow = flow
         deadline = _flow_deadline(flow)
         if deadline != math.inf:
             self._arm_inline(deadline)
+        branch = self._inline_ctx is not None
+        if branch:
+            # Other branches' tasks serve the driver's work while this one is awaited: in the
+            # caller's context, where the flows' plain steps run (see _serve_inline).
+            self._caller_ctx = self._task_context()
         try:
             with scope_class(self._library)() as scope:
                 self._inline_scope = scope
                 while True:
                     self._inline_next = None
-                    if step._status is not CORO or flow.root._status is CANCELLING:
+                    context = self._inline_ctx
+                    self._inline_ctx = None
+                    if step._status is not CORO or flow.finished \
+                            or flow.root._status is CANCELLING:
                         # Cancelled before its coroutine could start: it never runs.
                         _close_unstarted(step)
                         if step._status is CORO:
@@ -679,7 +724,10 @@ class _Driver:
                     ext.scope = scope
                     error: BaseException | None = None
                     try:
-                        result = await ext.coro
+                        if context is None:
+                            result = await ext.coro
+                        else:  # a branch's step: in its own copy of the caller's context
+                            result = await _InContext(ext.coro, context)
                     except Exception as exc:
                         result = None
                         error = exc
@@ -720,6 +768,8 @@ class _Driver:
                     if following is None:
                         break
                     step = following
+                    flow = self._inline_flow = step._flow
+                    assert flow is not None
                     deadline = _flow_deadline(flow)
                     alarm = self._inline_alarm
                     if deadline != (math.inf if alarm is None else alarm.when):
@@ -729,12 +779,18 @@ class _Driver:
             if alarm is not None:
                 self._inline_alarm = None
                 alarm.disarm()
-            self._inline_scope = None
-            self._inline_next = None
+            self._inline_scope = self._inline_flow = None
+            self._inline_next = self._inline_ctx = None
             if self._helper:
                 await self._join_helper()
+            if branch:
+                self._caller_ctx = None
         if interrupted is not None and self._fatal is None:
             _inline_cancelled(self, interrupted)
+        elif self._joins:
+            # A halted branch's coroutine ended with an error of its own: what waits for it
+            # (its branch's cancel handlers, the unwinding of its parallel step) goes on.
+            self._check_joins()
 
     def _arm_inline(self, deadline: float) -> None:
         """The inline run's alarm goes off at ``deadline`` (the flow's nearest timeout) from now
@@ -747,20 +803,32 @@ class _Driver:
         self._inline_alarm = None if deadline == math.inf else arm_alarm(
             self._library, self._threadsafe, deadline, self._inline_due)
 
+    def _task_context(self) -> Context:
+        """The running task's own context (not a copy): trio's, or asyncio's (Python 3.12)."""
+        if self._library == "asyncio":
+            task: Any = _asyncio_current_task(self._threadsafe)
+            return task.get_context()  # type: ignore[no-any-return]
+        return _trio_lowlevel.current_task().context  # type: ignore[no-any-return]
+
     def _inline_due(self) -> None:
-        """The alarm of the inline run: fire the flow's due ``set_timeout()`` (its handler
-        cancels the inline scope, with its reason) or, woken early, wait on."""
+        """The alarm of the inline run: fire the due ``set_timeout()`` of the awaited step's
+        flow or of a flow it is a branch of (its handler cancels the inline scope, with its
+        reason) or, woken early, wait on."""
         self._inline_alarm = None
-        flow = self._main
+        flow = self._inline_flow
         if self._inline_scope is None or flow is None or flow.finished:
             return
         now = self._clock()
         due: AsyncSteps | None = None
-        for frame in flow.stack:
-            ext = frame._ext
-            if ext is not None and ext.timer is not None and (
-                    due is None or ext.deadline < due._ext.deadline):  # type: ignore[union-attr]
-                due = frame
+        while flow is not None:
+            for frame in flow.stack:
+                ext = frame._ext
+                if ext is not None and ext.timer is not None and (
+                        due is None
+                        or ext.deadline < due._ext.deadline):  # type: ignore[union-attr]
+                    due = frame
+            par = flow.par
+            flow = par.frame._flow if par is not None else None
         if due is None:
             return
         ext = due._ext
@@ -798,11 +866,19 @@ class _Driver:
             i = 0  # then() may have ended (closed) coroutines an earlier wait counts
 
     def _foreign_timers(self, flow: _Flow) -> bool:
-        """Does the heap hold a live timer other than a ``set_timeout()`` of ``flow``?"""
+        """Does the heap hold a live timer other than a ``set_timeout()`` of ``flow`` or of a
+        flow it is a branch of (those the inline run's alarm fires)?"""
+        flows = [flow]
+        par = flow.par
+        while par is not None:
+            outer = par.frame._flow
+            assert outer is not None
+            flows.append(outer)
+            par = outer.par
         for entry in self._timers:
             handle = entry[2]
             if handle._tool is not None and (
-                handle._func is not _on_timeout or handle._args[0]._flow is not flow
+                handle._func is not _on_timeout or handle._args[0]._flow not in flows
             ):
                 return True
         return False
@@ -812,20 +888,56 @@ class _Driver:
         self._spawn(self._help, (), "futoin_anyio driver helper")
 
     async def _help(self) -> None:
-        """Serve the driver's callbacks, timers and other flows while it awaits inline."""
+        """Serve the driver's callbacks, timers and other flows while it awaits inline: in the
+        caller's context while a branch is awaited (see :meth:`_serve_inline`)."""
         try:
             while self._inline_scope is not None:
-                if self._ready:
-                    self._tick()
+                if self._ready or (self._timers and self._timers[0][0] <= self._clock()):
+                    context = self._caller_ctx
+                    if context is None:
+                        self._tick()
+                    else:
+                        context.run(self._tick)
                     await checkpoint()
                 else:
-                    await self._idle()
+                    await self._idle(fire=False)
         finally:
-            self._helper = False
-            ended = self._helper_ended
-            if ended is not None:
-                self._helper_ended = None
-                ended.set()
+            self._helper_done()
+
+    def _helper_done(self) -> None:
+        self._helper = False
+        ended = self._helper_ended
+        if ended is not None:
+            self._helper_ended = None
+            ended.set()
+
+    async def _serve_inline(self) -> None:
+        """Serve the driver's work from a coroutine task that has ended while the caller's task
+        awaits a parallel branch inline, before the task ends: what its end made ready (the
+        branch's next steps), in the caller's context, where the driver would run it.
+
+        Whoever calls this has set ``_helper`` (no helper task is started meanwhile). Work
+        left that the inline run's alarm does not cover (a timer of another flow) is handed
+        to a helper task. A ``KeyboardInterrupt`` (or the like) out of a step stops the driver,
+        which raises it (asyncio would let it out of the event loop from a task).
+        """
+        try:
+            while self._inline_scope is not None and self._fatal is None and (
+                    self._ready or (self._timers and self._timers[0][0] <= self._clock())):
+                self._caller_ctx.run(self._tick)
+                if self._ready:
+                    await checkpoint()  # a burst was used up
+        except BaseException as exc:
+            if isinstance(exc, get_cancelled_exc_class()):
+                raise
+            self._report_fatal(exc)
+        finally:
+            self._helper_done()
+        flow = self._inline_flow
+        if flow is None or self._inline_scope is None or self._fatal is not None:
+            return
+        if self._ready or (self._timers and self._foreign_timers(flow)):
+            self._start_helper()
 
     async def _join_helper(self) -> None:
         """The inline run is over: wait (shielded) until the helper has seen it and ended."""
@@ -946,12 +1058,12 @@ class _Driver:
     def _park_in_exit(self) -> None:
         """The task is about to wait in its nursery's exit (see :meth:`_drive`)."""
         self._sleep_scope = self  # what _wake() tells from a parked task or a future
-        self._exit_ctx = _trio_lowlevel.current_task().context
+        self._caller_ctx = _trio_lowlevel.current_task().context
         self._arm_exit_alarm()
 
     def _unpark_exit(self) -> None:
         self._sleep_scope = None
-        self._exit_ctx = None
+        self._caller_ctx = None
         self._exit_server = False
         self._exit_gone()
 
@@ -982,7 +1094,7 @@ class _Driver:
             while self._sleep_scope is self and self._fatal is None:
                 if not self._ready and not (self._timers and self._timers[0][0] <= self._clock()):
                     break
-                self._exit_ctx.run(self._tick)
+                self._caller_ctx.run(self._tick)
                 if self._ready:
                     await checkpoint()  # a burst was used up
         except BaseException:
@@ -1119,6 +1231,44 @@ class _RawTask:
         self.task: Any = None
         self.scope: CancelScope | None = None
         self.cancelled = False
+
+
+class _InContext:
+    """Awaits a coroutine with each of its steps run in ``context``: a parallel branch's
+    coroutine step awaited inline sees (and sets) its own copy of the caller's context, as it
+    would in a task of its own. Sends, throws (the backend's cancellation) and a close go
+    through to the coroutine."""
+
+    __slots__ = ("context", "coro")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], context: Context) -> None:
+        self.coro = coro
+        self.context = context
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        run = self.context.run
+        coro = self.coro
+        send = coro.send
+        try:
+            signal = run(send, None)
+        except StopIteration as end:
+            return end.value
+        while True:
+            try:
+                value = yield signal
+            except GeneratorExit:
+                run(coro.close)
+                raise
+            except BaseException as exc:
+                try:
+                    signal = run(coro.throw, exc)
+                except StopIteration as end:
+                    return end.value
+            else:
+                try:
+                    signal = run(send, value)
+                except StopIteration as end:
+                    return end.value
 
 
 def _set_result(future: Any) -> None:

@@ -775,7 +775,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     driver = flow.driver
     error: BaseException | None = None
     result: Any = None
-    serve = False
+    serve = serve_inline = False
     driver._coro_tasks += 1
     try:
         if step._status is not CORO or flow.finished or flow.root._status is CANCELLING:
@@ -795,6 +795,11 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
             # The driver's task waits in the group's exit (trio, see _Driver._drive): this task
             # serves what its end makes ready (and the wait it ends, below), before it ends.
             driver._exit_server = serve = True
+        elif driver._inline_scope is not None and not driver._helper \
+                and driver._caller_ctx is not None:
+            # The driver's task awaits a parallel branch inline: this task serves what its end
+            # makes ready before it ends, rather than a helper task started for it.
+            driver._helper = serve_inline = True
     finally:
         ext.coro = None
         driver._coro_tasks -= 1
@@ -805,6 +810,8 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
     _coroutine_done(step, result, error, False)
     if serve:
         await driver._serve_exit()
+    elif serve_inline:
+        await driver._serve_inline()
 
 
 def _close_unstarted(step: AsyncSteps) -> None:
@@ -898,13 +905,20 @@ def _inline_cancelled(driver: _Driver, step: AsyncSteps) -> None:
 
 
 def _flow_deadline(flow: _Flow) -> float:
-    """The nearest deadline of the timeouts active in ``flow``."""
+    """The nearest deadline of the timeouts active in ``flow`` and in the flows it is a
+    parallel branch of."""
     deadline = math.inf
-    for frame in flow.stack:
-        ext = frame._ext
-        if ext is not None and ext.timer is not None and ext.deadline < deadline:
-            deadline = ext.deadline
-    return deadline
+    while True:
+        for frame in flow.stack:
+            ext = frame._ext
+            if ext is not None and ext.timer is not None and ext.deadline < deadline:
+                deadline = ext.deadline
+        par = flow.par
+        if par is None:
+            return deadline
+        outer = par.frame._flow
+        assert outer is not None
+        flow = outer
 
 
 # -- what comes out of user code -------------------------------------------------------------------

@@ -453,9 +453,9 @@ class AsyncSteps(_Frame):
         assert flow is not None
         driver = flow.driver
         ext.timer, ext.deadline = driver._call_timeout(delay, self, timeout_ms)
-        if driver._inline_scope is not None and driver._main is flow:
+        if driver._inline_scope is not None and driver._inline_flow is flow:
             # The flow's coroutine steps are awaited inline: its alarm is the flow's nearest
-            # deadline.
+            # deadline (and its outer flows', if it is a branch).
             driver._arm_inline(_flow_deadline(flow))
 
     def set_cancel(self, oncancel: CancelHandler) -> None:

@@ -222,7 +222,9 @@ class TestTiming:
         limiter = Limiter(concurrent=2, max_queue=5, rate=1, period_ms=100, burst=5)
         tracker = Tracker()
         stats: list[LimiterStatistics] = []
-        asi = run_parallel(limiter, 3, tracker.section())
+        # The first holder stays a little: the probe sees the queue before it leaves, whichever
+        # of the probe and the caller's task (the first branch runs in it) trio runs first.
+        asi = run_parallel(limiter, 3, tracker.section(0.01))
 
         async def probe() -> None:
             await until(lambda: limiter.statistics().rate_waiting == 1)

@@ -1,0 +1,238 @@
+"""A ``promise()``'s first coroutine branch to start runs in the caller's task; the others in
+tasks (``_Driver._start_coroutine``). The semantics stay a task group's: a branch that fails
+cancels the others, an outer timeout cancels every branch, each cancel handler runs after its
+own coroutine has ended, a branch's context is its own copy, and the plain steps that a task
+branch's end makes ready run in the caller's context while the inline branch is awaited.
+
+Virtual time on both backends (trio's MockClock, the fuzz's virtual-time asyncio loop).
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+import trio
+import trio.testing
+from fuzz.interp import VirtualTimeLoop
+from inline_support import first_branch_inline
+
+from futoin_anyio import AsyncSteps, Errors, FutoInError
+from futoin_anyio._alarm import TASK_NAME as ALARM_TASK
+
+pytestmark = pytest.mark.anyio
+
+_var: ContextVar[str] = ContextVar("test_inline_branch", default="unset")
+
+HELPER = "futoin_anyio driver helper"
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    if request.param == "trio":
+        return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
+    return ("asyncio", {"loop_factory": VirtualTimeLoop})
+
+
+def _own_tasks() -> set[str | None]:
+    return {t.name for t in anyio.get_running_tasks() if t.name != ALARM_TASK}
+
+
+async def test_one_branch_runs_in_the_callers_task() -> None:
+    """Three coroutine branches: the first runs in the caller's task, each other one in a task
+    of its own; none is left after."""
+    ran_in: list[int] = []
+
+    async def branch(asi: AsyncSteps) -> None:
+        ran_in.append(anyio.get_current_task().id)
+        await anyio.sleep(0.01)
+
+    root = AsyncSteps()
+    root.parallel().add(branch).add(branch).add(branch)
+    before = _own_tasks()
+    await root.promise()
+    caller = anyio.get_current_task().id
+    assert len(ran_in) == 3 and len(set(ran_in)) == 3
+    assert (ran_in[0] == caller) is first_branch_inline()
+    assert caller not in ran_in[1:]
+    assert _own_tasks() == before
+
+
+async def test_task_branch_ending_first_sets_the_callers_context() -> None:
+    """The task branch ends while the first branch is awaited in the caller's task: its next
+    plain step runs then, in the caller's context (what it sets is there after ``promise()``),
+    served by the ending task itself: no helper task is started for it."""
+    seen: list[Any] = []
+
+    async def slow(asi: AsyncSteps) -> None:
+        _var.set("set by the inline branch's coroutine")  # its own copy: not seen after
+        await anyio.sleep(0.2)
+
+    async def quick(asi: AsyncSteps) -> None:
+        await anyio.sleep(0.1)
+
+    def after_quick(asi: AsyncSteps) -> None:
+        _var.set("set after the task branch")
+        seen.append(HELPER in _own_tasks())
+
+    root = AsyncSteps()
+    root.parallel().add(slow).add(lambda asi: asi.add(quick).add(after_quick))
+    root.add(lambda asi: seen.append(_var.get()))
+    _var.set("caller")
+    await root.promise()
+    assert seen == [False, "set after the task branch"]
+    assert _var.get() == "set after the task branch"
+
+
+async def test_an_outer_timeout_two_levels_up_cancels_the_inline_branch() -> None:
+    """The inline branch is a branch of a branch: the ``set_timeout()`` of the step two levels
+    up is its deadline. At it each coroutine ends, then its branch's cancel handler, then the
+    error handler; no helper task serves the wait."""
+    log: list[str] = []
+    tasks: list[set[str | None]] = []
+
+    def branch(name: str, delay: float) -> Any:
+        async def wait(asi: AsyncSteps) -> None:
+            tasks.append(_own_tasks())
+            try:
+                await anyio.sleep(delay)
+            finally:
+                log.append(f"{name} cleanup")
+
+        def steps(asi: AsyncSteps) -> None:
+            asi.set_cancel(lambda asi: log.append(f"{name} cancel"))
+            asi.add(wait)
+        return steps
+
+    def inner(asi: AsyncSteps) -> None:
+        asi.parallel().add(branch("a", 10)).add(branch("b", 20))
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.set_timeout(50)
+        asi.parallel().add(inner)
+
+    def handler(asi: AsyncSteps, code: str) -> None:
+        log.append(f"error {code}")
+        asi.success()
+
+    root = AsyncSteps()
+    root.add(outer, handler)
+    start = anyio.current_time()
+    await root.promise()
+    assert anyio.current_time() - start == pytest.approx(0.05, abs=0.01)
+    assert sorted(log[:4]) == ["a cancel", "a cleanup", "b cancel", "b cleanup"]
+    assert log.index("a cleanup") < log.index("a cancel")
+    assert log.index("b cleanup") < log.index("b cancel")
+    assert log[4:] == [f"error {Errors.Timeout}"]
+    assert not any(HELPER in names for names in tasks)
+
+
+@pytest.mark.parametrize("failing", ["inline", "task"])
+async def test_a_failing_branch_cancels_the_other(failing: str) -> None:
+    """Either branch fails (the inline one or the task one): the other one's coroutine ends
+    cancelled, then its cancel handler runs, then the error handler sees the failure."""
+    log: list[str] = []
+
+    async def fails(asi: AsyncSteps) -> None:
+        await anyio.sleep(0.01)
+        asi.error("NotFound")
+
+    def waits(name: str) -> Any:
+        async def wait(asi: AsyncSteps) -> None:
+            try:
+                await anyio.sleep(10)
+            finally:
+                log.append(f"{name} cleanup")
+
+        def steps(asi: AsyncSteps) -> None:
+            asi.set_cancel(lambda asi: log.append(f"{name} cancel"))
+            asi.add(wait)
+        return steps
+
+    def handler(asi: AsyncSteps, code: str) -> None:
+        log.append(f"error {code}")
+        asi.success()
+
+    def both(asi: AsyncSteps) -> None:
+        if failing == "inline":
+            asi.parallel().add(fails).add(waits("task"))
+        else:
+            asi.parallel().add(waits("inline")).add(fails)
+
+    root = AsyncSteps()
+    root.add(both, handler)
+    before = _own_tasks()
+    start = anyio.current_time()
+    await root.promise()
+    assert anyio.current_time() - start == pytest.approx(0.01, abs=0.005)
+    other = "task" if failing == "inline" else "inline"
+    assert log == [f"{other} cleanup", f"{other} cancel", "error NotFound"]
+    assert _own_tasks() == before
+
+
+async def test_keyboard_interrupt_of_a_step_the_ending_task_serves() -> None:
+    """A plain step that a task branch's end makes ready raises KeyboardInterrupt while the
+    inline branch is awaited: the inline branch's coroutine is cancelled and the interrupt
+    comes out of ``promise()`` bare, with no task left."""
+    log: list[str] = []
+
+    async def slow(asi: AsyncSteps) -> None:
+        try:
+            await anyio.sleep(10)
+        finally:
+            log.append("inline cleanup")
+
+    async def quick(asi: AsyncSteps) -> None:
+        await anyio.sleep(0.01)
+
+    def interrupt(asi: AsyncSteps) -> None:
+        raise KeyboardInterrupt
+
+    root = AsyncSteps()
+    root.parallel().add(slow).add(lambda asi: asi.add(quick).add(interrupt))
+    before = _own_tasks()
+    with pytest.raises(KeyboardInterrupt):
+        await root.promise()
+    assert log == ["inline cleanup"]
+    assert _own_tasks() == before
+
+
+async def test_root_cancel_while_the_inline_branch_waits() -> None:
+    """``root.cancel()`` from another task while the inline branch and a task branch wait:
+    both coroutines end, both cancel handlers run after them, ``promise()`` raises
+    ``Cancelled``; the caller's own cancellation state is untouched."""
+    log: list[str] = []
+
+    def branch(name: str) -> Any:
+        async def wait(asi: AsyncSteps) -> None:
+            try:
+                await anyio.sleep(10)
+            finally:
+                log.append(f"{name} cleanup")
+
+        def steps(asi: AsyncSteps) -> None:
+            asi.set_cancel(lambda asi: log.append(f"{name} cancel"))
+            asi.add(wait)
+        return steps
+
+    root = AsyncSteps()
+    root.parallel().add(branch("a")).add(branch("b"))
+    before = _own_tasks()
+
+    async def cancel_soon() -> None:
+        await anyio.sleep(0.05)
+        root.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(cancel_soon)
+        with pytest.raises(FutoInError) as caught:
+            await root.promise()
+    assert caught.value.code == Errors.Cancelled
+    assert sorted(log) == ["a cancel", "a cleanup", "b cancel", "b cleanup"]
+    assert log.index("a cleanup") < log.index("a cancel")
+    assert log.index("b cleanup") < log.index("b cancel")
+    assert _own_tasks() == before
+    await anyio.lowlevel.checkpoint()  # not cancelled
