@@ -173,6 +173,39 @@ async def test_a_failing_branch_cancels_the_other(failing: str) -> None:
     assert _own_tasks() == before
 
 
+async def test_a_halted_inline_branch_failing_on_its_own_lets_the_parallel_unwind() -> None:
+    """The task branch wakes the inline one and fails in the same step: the inline branch is
+    halted, but its coroutine (already woken) ends with an error of its own before the
+    cancellation reaches it. The parallel step's unwinding, which waits for that coroutine,
+    goes on: the task branch's error reaches the handler, the inline branch's cancel handler
+    runs, nothing hangs."""
+    go = anyio.Event()
+    log: list[str] = []
+
+    async def woken(asi: AsyncSteps) -> None:
+        await go.wait()
+        raise FutoInError("InlineFail")
+
+    def inline(asi: AsyncSteps) -> None:
+        asi.set_cancel(lambda asi: log.append("inline cancel"))
+        asi.add(woken)
+
+    async def fails(asi: AsyncSteps) -> None:
+        await anyio.sleep(0.01)
+        go.set()
+        asi.error("TaskFail")
+
+    def handler(asi: AsyncSteps, code: str) -> None:
+        log.append(f"error {code}")
+        asi.success()
+
+    root = AsyncSteps()
+    root.add(lambda asi: asi.parallel().add(inline).add(fails), handler)
+    with anyio.fail_after(5):
+        await root.promise()
+    assert log == ["inline cancel", "error TaskFail"]
+
+
 async def test_keyboard_interrupt_of_a_step_the_ending_task_serves() -> None:
     """A plain step that a task branch's end makes ready raises KeyboardInterrupt while the
     inline branch is awaited: the inline branch's coroutine is cancelled and the interrupt
