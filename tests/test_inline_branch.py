@@ -41,6 +41,32 @@ def _own_tasks() -> set[str | None]:
     return {t.name for t in anyio.get_running_tasks() if t.name != ALARM_TASK}
 
 
+def _waiting_branch(name: str, log: list[str], delay: float = 10,
+                    tasks: list[set[str | None]] | None = None) -> Any:
+    """A branch whose coroutine waits ``delay`` s; its cleanup and its cancel handler log
+    themselves (and the coroutine the tasks running when it starts, into ``tasks``)."""
+
+    async def wait(asi: AsyncSteps) -> None:
+        if tasks is not None:
+            tasks.append(_own_tasks())
+        try:
+            await anyio.sleep(delay)
+        finally:
+            log.append(f"{name} cleanup")
+
+    def steps(asi: AsyncSteps) -> None:
+        asi.set_cancel(lambda asi: log.append(f"{name} cancel"))
+        asi.add(wait)
+    return steps
+
+
+def _assert_cleanups_then_cancels(log: list[str], names: list[str]) -> None:
+    """Each branch's cancel handler ran once, after its own coroutine's cleanup."""
+    assert sorted(log) == sorted([f"{n} cancel" for n in names] + [f"{n} cleanup" for n in names])
+    for name in names:
+        assert log.index(f"{name} cleanup") < log.index(f"{name} cancel")
+
+
 async def test_one_branch_runs_in_the_callers_task() -> None:
     """Three coroutine branches: the first runs in the caller's task, each other one in a task
     of its own; none is left after."""
@@ -94,21 +120,9 @@ async def test_an_outer_timeout_two_levels_up_cancels_the_inline_branch() -> Non
     log: list[str] = []
     tasks: list[set[str | None]] = []
 
-    def branch(name: str, delay: float) -> Any:
-        async def wait(asi: AsyncSteps) -> None:
-            tasks.append(_own_tasks())
-            try:
-                await anyio.sleep(delay)
-            finally:
-                log.append(f"{name} cleanup")
-
-        def steps(asi: AsyncSteps) -> None:
-            asi.set_cancel(lambda asi: log.append(f"{name} cancel"))
-            asi.add(wait)
-        return steps
-
     def inner(asi: AsyncSteps) -> None:
-        asi.parallel().add(branch("a", 10)).add(branch("b", 20))
+        asi.parallel().add(_waiting_branch("a", log, 10, tasks)) \
+            .add(_waiting_branch("b", log, 20, tasks))
 
     def outer(asi: AsyncSteps) -> None:
         asi.set_timeout(50)
@@ -123,9 +137,7 @@ async def test_an_outer_timeout_two_levels_up_cancels_the_inline_branch() -> Non
     start = anyio.current_time()
     await root.promise()
     assert anyio.current_time() - start == pytest.approx(0.05, abs=0.01)
-    assert sorted(log[:4]) == ["a cancel", "a cleanup", "b cancel", "b cleanup"]
-    assert log.index("a cleanup") < log.index("a cancel")
-    assert log.index("b cleanup") < log.index("b cancel")
+    _assert_cleanups_then_cancels(log[:4], ["a", "b"])
     assert log[4:] == [f"error {Errors.Timeout}"]
     assert not any(HELPER in names for names in tasks)
 
@@ -140,27 +152,15 @@ async def test_a_failing_branch_cancels_the_other(failing: str) -> None:
         await anyio.sleep(0.01)
         asi.error("NotFound")
 
-    def waits(name: str) -> Any:
-        async def wait(asi: AsyncSteps) -> None:
-            try:
-                await anyio.sleep(10)
-            finally:
-                log.append(f"{name} cleanup")
-
-        def steps(asi: AsyncSteps) -> None:
-            asi.set_cancel(lambda asi: log.append(f"{name} cancel"))
-            asi.add(wait)
-        return steps
-
     def handler(asi: AsyncSteps, code: str) -> None:
         log.append(f"error {code}")
         asi.success()
 
     def both(asi: AsyncSteps) -> None:
         if failing == "inline":
-            asi.parallel().add(fails).add(waits("task"))
+            asi.parallel().add(fails).add(_waiting_branch("task", log))
         else:
-            asi.parallel().add(waits("inline")).add(fails)
+            asi.parallel().add(_waiting_branch("inline", log)).add(fails)
 
     root = AsyncSteps()
     root.add(both, handler)
@@ -238,21 +238,8 @@ async def test_root_cancel_while_the_inline_branch_waits() -> None:
     both coroutines end, both cancel handlers run after them, ``promise()`` raises
     ``Cancelled``; the caller's own cancellation state is untouched."""
     log: list[str] = []
-
-    def branch(name: str) -> Any:
-        async def wait(asi: AsyncSteps) -> None:
-            try:
-                await anyio.sleep(10)
-            finally:
-                log.append(f"{name} cleanup")
-
-        def steps(asi: AsyncSteps) -> None:
-            asi.set_cancel(lambda asi: log.append(f"{name} cancel"))
-            asi.add(wait)
-        return steps
-
     root = AsyncSteps()
-    root.parallel().add(branch("a")).add(branch("b"))
+    root.parallel().add(_waiting_branch("a", log)).add(_waiting_branch("b", log))
     before = _own_tasks()
 
     async def cancel_soon() -> None:
@@ -264,8 +251,6 @@ async def test_root_cancel_while_the_inline_branch_waits() -> None:
         with pytest.raises(FutoInError) as caught:
             await root.promise()
     assert caught.value.code == Errors.Cancelled
-    assert sorted(log) == ["a cancel", "a cleanup", "b cancel", "b cleanup"]
-    assert log.index("a cleanup") < log.index("a cancel")
-    assert log.index("b cleanup") < log.index("b cancel")
+    _assert_cleanups_then_cancels(log, ["a", "b"])
     assert _own_tasks() == before
     await anyio.lowlevel.checkpoint()  # not cancelled
