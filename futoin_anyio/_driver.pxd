@@ -7,7 +7,8 @@ from futoin_anyio._frame cimport _Frame
 
 # Not final: AsyncTool (_tool.py) is its subclass.
 cdef class _Driver:
-    cdef public object _clock, _ctx_token, _current, _exit_alarm, _caller_ctx, _fatal, _helper_ended
+    cdef public object _caller_ctx, _clock, _ctx_token, _current, _exit_alarm, _fatal
+    cdef public object _helper_ended
     cdef public object _inline, _inline_alarm, _inline_ctx, _inline_flow, _inline_next
     cdef public object _inline_scope, _instruments, _joins
     cdef public object _library, _main
@@ -21,6 +22,7 @@ cdef class _Driver:
     @cython.locals(flow=_Flow, typed=bint)
     cpdef _tick(self)
     cpdef _fire_timers(self)
+    cpdef bint _work_due(self) except -1
 
 
 @cython.locals(tool=_Driver)

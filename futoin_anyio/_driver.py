@@ -785,12 +785,13 @@ class _Driver:
                 await self._join_helper()
             if branch:
                 self._caller_ctx = None
-        if interrupted is not None and self._fatal is None:
-            _inline_cancelled(self, interrupted)
-        elif self._joins:
-            # A halted branch's coroutine ended with an error of its own: what waits for it
-            # (its branch's cancel handlers, the unwinding of its parallel step) goes on.
-            self._check_joins()
+        if interrupted is None or self._fatal is None:
+            # What waits for the coroutine that ended (a root's cancel(), a halted branch's
+            # cancel handlers, the unwinding of its parallel step) goes on, as after a task's.
+            if self._joins:
+                self._check_joins()
+            if interrupted is not None:
+                _inline_cancelled(self, interrupted)
 
     def _arm_inline(self, deadline: float) -> None:
         """The inline run's alarm goes off at ``deadline`` (the flow's nearest timeout) from now
@@ -892,7 +893,7 @@ class _Driver:
         caller's context while a branch is awaited (see :meth:`_serve_inline`)."""
         try:
             while self._inline_scope is not None:
-                if self._ready or (self._timers and self._timers[0][0] <= self._clock()):
+                if self._work_due():
                     context = self._caller_ctx
                     if context is None:
                         self._tick()
@@ -903,6 +904,10 @@ class _Driver:
                     await self._idle(fire=False)
         finally:
             self._helper_done()
+
+    def _work_due(self) -> bool:
+        """Is a flow or callback ready, or a timer due? (What a task serving the driver runs.)"""
+        return bool(self._ready) or (bool(self._timers) and self._timers[0][0] <= self._clock())
 
     def _helper_done(self) -> None:
         self._helper = False
@@ -922,8 +927,7 @@ class _Driver:
         which raises it (asyncio would let it out of the event loop from a task).
         """
         try:
-            while self._inline_scope is not None and self._fatal is None and (
-                    self._ready or (self._timers and self._timers[0][0] <= self._clock())):
+            while self._inline_scope is not None and self._fatal is None and self._work_due():
                 self._caller_ctx.run(self._tick)
                 if self._ready:
                     await checkpoint()  # a burst was used up
@@ -1058,7 +1062,7 @@ class _Driver:
     def _park_in_exit(self) -> None:
         """The task is about to wait in its nursery's exit (see :meth:`_drive`)."""
         self._sleep_scope = self  # what _wake() tells from a parked task or a future
-        self._caller_ctx = _trio_lowlevel.current_task().context
+        self._caller_ctx = self._task_context()
         self._arm_exit_alarm()
 
     def _unpark_exit(self) -> None:
@@ -1092,7 +1096,7 @@ class _Driver:
         try:
             await _trio_lowlevel.checkpoint_if_cancelled()
             while self._sleep_scope is self and self._fatal is None:
-                if not self._ready and not (self._timers and self._timers[0][0] <= self._clock()):
+                if not self._work_due():
                     break
                 self._caller_ctx.run(self._tick)
                 if self._ready:

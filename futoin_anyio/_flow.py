@@ -887,8 +887,6 @@ def _inline_cancelled(driver: _Driver, step: AsyncSteps) -> None:
     ext = step._ext
     flow = step._flow
     assert ext is not None and flow is not None
-    if driver._joins:
-        driver._check_joins()  # the root's cancel() waits for this coroutine
     if flow.root._status is CANCELLING or flow.finished:
         return
     pending = ext.pending
