@@ -1,10 +1,31 @@
-"""Where a ``promise()``'s parallel branches run on the running backend."""
+"""Helpers of the tests that run on both backends: virtual time, the tasks a test started, and
+where a ``promise()``'s parallel branches run."""
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
+import anyio
 import sniffio
+import trio.testing
+from fuzz.interp import VirtualTimeLoop
+
+from futoin_anyio._alarm import TASK_NAME as ALARM_TASK
+
+
+def virtual_time(name: str) -> Any:
+    """The ``anyio_backend`` value of ``name`` in virtual time: trio's
+    ``MockClock(autojump_threshold=0)``, the fuzzer's :class:`VirtualTimeLoop` for asyncio."""
+    if name == "trio":
+        return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
+    return ("asyncio", {"loop_factory": VirtualTimeLoop})
+
+
+def own_tasks() -> set[str | None]:
+    """The names of the running tasks, but the timeout alarms' system task (a service of the
+    run that outlives every test's roots)."""
+    return {t.name for t in anyio.get_running_tasks() if t.name != ALARM_TASK}
 
 
 def first_branch_inline() -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
-from inline_support import first_branch_inline
+from backend_support import first_branch_inline
 
 import futoin_anyio
 from futoin_anyio import AsyncSteps, AsyncTool, Limiter, Mutex, Throttle, dump

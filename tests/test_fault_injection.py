@@ -13,8 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
-import trio.testing
-from fuzz.interp import VirtualTimeLoop
+from backend_support import virtual_time
 
 from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError, Limiter
 
@@ -23,9 +22,7 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    if request.param == "trio":
-        return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
-    return ("asyncio", {"loop_factory": VirtualTimeLoop})
+    return virtual_time(request.param)
 
 
 class Boom(Exception):

@@ -16,8 +16,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 import trio
-import trio.testing
-from fuzz.interp import VirtualTimeLoop
+from backend_support import own_tasks, virtual_time
 
 from futoin_anyio import AsyncSteps, Errors, FutoInError
 from futoin_anyio._alarm import TASK_NAME as ALARM_TASK
@@ -30,13 +29,7 @@ _b: ContextVar[str] = ContextVar("test_group_exit_b", default="unset")
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    if request.param == "trio":
-        return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
-    return ("asyncio", {"loop_factory": VirtualTimeLoop})
-
-
-def _own_tasks() -> set[str | None]:
-    return {t.name for t in anyio.get_running_tasks() if t.name != ALARM_TASK}
+    return virtual_time(request.param)
 
 
 class _Wakes(trio.abc.Instrument):
@@ -80,7 +73,7 @@ async def test_branches_end_with_one_wake_of_the_caller(anyio_backend_name: str)
 
     root = AsyncSteps({"total": 0})
     root.parallel().add(one).add(two)
-    before = _own_tasks()
+    before = own_tasks()
     wakes = None
     if anyio_backend_name == "trio":
         wakes = _Wakes(trio.lowlevel.current_task())
@@ -91,7 +84,7 @@ async def test_branches_end_with_one_wake_of_the_caller(anyio_backend_name: str)
         if wakes is not None:
             trio.lowlevel.remove_instrument(wakes)
     assert root.state.total == 3
-    assert _own_tasks() == before
+    assert own_tasks() == before
     if wakes is not None:
         assert (wakes.spawned, wakes.count, wakes.caller_count) == (1, 4, 2)
 
@@ -179,12 +172,12 @@ async def test_outer_cancellation_with_slow_cleanups_and_a_due_timeout() -> None
 
     root = AsyncSteps()
     root.add(outer, lambda asi, code: log.append(f"error {code}"))
-    before = _own_tasks()
+    before = own_tasks()
     with anyio.move_on_after(0.1) as scope:
         await root.promise()
     assert scope.cancelled_caught
     assert log == ["cleanup", "cleanup", "cancel"]
-    assert _own_tasks() == before
+    assert own_tasks() == before
 
 
 async def _cancel_as_the_last_branch_ends() -> list[str]:
@@ -251,8 +244,8 @@ async def test_keyboard_interrupt_of_a_branch_step_while_the_caller_waits() -> N
 
     root = AsyncSteps()
     root.parallel().add(interrupting).add(slow)
-    before = _own_tasks()
+    before = own_tasks()
     with pytest.raises(KeyboardInterrupt):
         await root.promise()
     assert log == ["slow cleanup"]
-    assert _own_tasks() == before
+    assert own_tasks() == before

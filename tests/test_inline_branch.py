@@ -15,13 +15,9 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-import trio
-import trio.testing
-from fuzz.interp import VirtualTimeLoop
-from inline_support import first_branch_inline
+from backend_support import first_branch_inline, own_tasks, virtual_time
 
 from futoin_anyio import AsyncSteps, Errors, FutoInError
-from futoin_anyio._alarm import TASK_NAME as ALARM_TASK
 
 pytestmark = pytest.mark.anyio
 
@@ -32,13 +28,7 @@ HELPER = "futoin_anyio driver helper"
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    if request.param == "trio":
-        return ("trio", {"clock": trio.testing.MockClock(autojump_threshold=0)})
-    return ("asyncio", {"loop_factory": VirtualTimeLoop})
-
-
-def _own_tasks() -> set[str | None]:
-    return {t.name for t in anyio.get_running_tasks() if t.name != ALARM_TASK}
+    return virtual_time(request.param)
 
 
 def _waiting_branch(name: str, log: list[str], delay: float = 10,
@@ -48,7 +38,7 @@ def _waiting_branch(name: str, log: list[str], delay: float = 10,
 
     async def wait(asi: AsyncSteps) -> None:
         if tasks is not None:
-            tasks.append(_own_tasks())
+            tasks.append(own_tasks())
         try:
             await anyio.sleep(delay)
         finally:
@@ -78,13 +68,13 @@ async def test_one_branch_runs_in_the_callers_task() -> None:
 
     root = AsyncSteps()
     root.parallel().add(branch).add(branch).add(branch)
-    before = _own_tasks()
+    before = own_tasks()
     await root.promise()
     caller = anyio.get_current_task().id
     assert len(ran_in) == 3 and len(set(ran_in)) == 3
     assert (ran_in[0] == caller) is first_branch_inline()
     assert caller not in ran_in[1:]
-    assert _own_tasks() == before
+    assert own_tasks() == before
 
 
 async def test_task_branch_ending_first_sets_the_callers_context() -> None:
@@ -102,7 +92,7 @@ async def test_task_branch_ending_first_sets_the_callers_context() -> None:
 
     def after_quick(asi: AsyncSteps) -> None:
         _var.set("set after the task branch")
-        seen.append(HELPER in _own_tasks())
+        seen.append(HELPER in own_tasks())
 
     root = AsyncSteps()
     root.parallel().add(slow).add(lambda asi: asi.add(quick).add(after_quick))
@@ -164,13 +154,13 @@ async def test_a_failing_branch_cancels_the_other(failing: str) -> None:
 
     root = AsyncSteps()
     root.add(both, handler)
-    before = _own_tasks()
+    before = own_tasks()
     start = anyio.current_time()
     await root.promise()
     assert anyio.current_time() - start == pytest.approx(0.01, abs=0.005)
     other = "task" if failing == "inline" else "inline"
     assert log == [f"{other} cleanup", f"{other} cancel", "error NotFound"]
-    assert _own_tasks() == before
+    assert own_tasks() == before
 
 
 async def test_a_halted_inline_branch_failing_on_its_own_lets_the_parallel_unwind() -> None:
@@ -226,11 +216,11 @@ async def test_keyboard_interrupt_of_a_step_the_ending_task_serves() -> None:
 
     root = AsyncSteps()
     root.parallel().add(slow).add(lambda asi: asi.add(quick).add(interrupt))
-    before = _own_tasks()
+    before = own_tasks()
     with pytest.raises(KeyboardInterrupt):
         await root.promise()
     assert log == ["inline cleanup"]
-    assert _own_tasks() == before
+    assert own_tasks() == before
 
 
 async def test_root_cancel_while_the_inline_branch_waits() -> None:
@@ -240,7 +230,7 @@ async def test_root_cancel_while_the_inline_branch_waits() -> None:
     log: list[str] = []
     root = AsyncSteps()
     root.parallel().add(_waiting_branch("a", log)).add(_waiting_branch("b", log))
-    before = _own_tasks()
+    before = own_tasks()
 
     async def cancel_soon() -> None:
         await anyio.sleep(0.05)
@@ -252,5 +242,5 @@ async def test_root_cancel_while_the_inline_branch_waits() -> None:
             await root.promise()
     assert caught.value.code == Errors.Cancelled
     _assert_cleanups_then_cancels(log, ["a", "b"])
-    assert _own_tasks() == before
+    assert own_tasks() == before
     await anyio.lowlevel.checkpoint()  # not cancelled

@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from inline_support import first_branch_inline
+from backend_support import first_branch_inline
 from scope_support import deadline_once_blocked
 
 from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError
