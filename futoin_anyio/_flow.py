@@ -51,7 +51,6 @@ from ._frame import (
     SUBSTEPS,
     WAIT,
     _end_ext,
-    _new,
     _own_ext,
     _run_cleanups,
 )
@@ -116,7 +115,10 @@ PAUSED: Final = None
 
 
 def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
-    frame: AsyncSteps = _new(parent.__class__)
+    # type(), not __class__: the compiled build then knows ``cls`` is a type, and calls its
+    # allocator directly (no look-up of __new__, no argument tuple).
+    cls = type(parent)
+    frame: AsyncSteps = cls.__new__(cls)
     frame._binary = None
     state = parent._state
     frame._state = state if state is not None else parent.state
@@ -208,7 +210,9 @@ class _Flow:
         # None while nobody asked for the root's state: its steps then find it through their
         # parents when asked (most roots never need one: a dict less per root for the GC).
         state = base._state
-        cls = base.__class__
+        # type(), not __class__: the compiled build then knows ``cls`` is a type, and calls its
+        # allocator directly for new(cls) (no look-up of __new__, no argument tuple).
+        cls = type(base)
         # object.__new__ in the pure build; the extension type's own in the compiled one (which
         # object.__new__ refuses), bound once here rather than looked up per step.
         new = cls.__new__
