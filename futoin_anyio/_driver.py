@@ -32,7 +32,7 @@ from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context, ContextVar, copy_context
 from heapq import heapify, heappop, heappush
 from threading import Lock, get_ident
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio import CancelScope, create_task_group, get_cancelled_exc_class
@@ -43,6 +43,7 @@ from . import _instrument as _ins
 from ._alarm import Alarm
 from ._alarm import arm as arm_alarm
 from ._errors import Errors, FutoInError
+from ._final import refuse_subclasses
 from ._flow import (
     _close_unstarted,
     _coroutine_done,
@@ -145,7 +146,6 @@ def _gone() -> None:
     """The callback of a handle that ran or was cancelled: what it held is let go at once."""
 
 
-@final
 class Handle:
     """A callback scheduled by :meth:`AsyncTool.immediate` or :meth:`AsyncTool.deferred`."""
 
@@ -157,7 +157,7 @@ class Handle:
 
     @classmethod
     def _create(cls, tool: _Driver, func: Callable[..., object], args: tuple[Any, ...]) -> Handle:
-        handle = cls.__new__(cls)
+        handle = Handle.__new__(Handle)
         handle._func = func
         handle._args = args
         handle._tool = tool
@@ -196,6 +196,11 @@ class Handle:
         return f"<Handle {getattr(func, '__qualname__', func)!r} {state}>"
 
 
+# Handle is final. The compiled build's extension type is, by its declaration (``_driver.pxd``),
+# and cannot take ``typing.final``; the pure build's class refuses subclasses the same way.
+refuse_subclasses(Handle)
+
+
 class _Driver:
     """The driver's state and machinery; :class:`~futoin_anyio.AsyncTool` is the one subclass."""
 
@@ -203,6 +208,9 @@ class _Driver:
     _inline_alarm: Alarm | None
 
     __slots__ = (
+        # A weak reference lists a block's tool (and a waiting promise()'s driver, compiled
+        # build) in _tool._live.
+        "__weakref__",
         "_caller_ctx",
         "_clock",
         "_closing",
@@ -531,6 +539,8 @@ class _Driver:
         typed = COMPILED  # (a local: the pure build's check per item is the cheapest one)
         while ready and budget > 0:
             item = ready.popleft()
+            # (Handle is final in both builds, but no typing.final: an extension type cannot
+            # take it, so mypy does not narrow ``item`` in the other branch; hence the ignores.)
             if type(item) is Handle:
                 budget -= 1
                 if item._tool is None:
@@ -541,7 +551,7 @@ class _Driver:
             else:
                 try:
                     if not typed:  # a flow, or a root's first run (_flow._start_root)
-                        budget = item._go(budget)
+                        budget = item._go(budget)  # type: ignore[union-attr]
                     # The compiled build calls them in C, by type: no method look-up.
                     elif type(item) is _Flow:
                         flow = item
@@ -549,7 +559,7 @@ class _Driver:
                     elif isinstance(item, _Frame):  # a root started with execute(), first run
                         budget = _start_root(item, budget)
                     else:  # a flow of a subclass: instruments or the flow dump are on
-                        budget = item._go(budget)
+                        budget = item._go(budget)  # type: ignore[union-attr]
                 finally:
                     self._current = None
         if self._timers:
