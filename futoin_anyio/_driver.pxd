@@ -27,7 +27,7 @@ cdef class _Driver:
     cdef public bint _closing, _exit_server, _exited, _helper, _need_tg, _public, _slept
     cdef public Py_ssize_t _coro_tasks, _inflight, _pending, _seq
 
-    cpdef _schedule(self, flow)
+    cpdef _schedule(self, _Flow flow)
     cpdef _wake(self)
     @cython.locals(flow=_Flow, typed=bint)
     cpdef _tick(self)

@@ -12,7 +12,7 @@ from futoin_anyio import AsyncSteps
 from futoin_anyio._frame import COMPILED
 
 #: The public classes that are extension types in the compiled build.
-_EXTENSION_TYPES = ("AsyncSteps", "AsyncTool", "Handle", "Mutex")
+_EXTENSION_TYPES = ("AsyncSteps", "AsyncTool", "Handle", "Mutex", "ParallelSteps")
 
 
 def test_all_names_are_exported_and_public() -> None:
