@@ -38,6 +38,11 @@ cdef class _Driver:
 @cython.locals(tool=_Driver)
 cpdef _execute(_Frame root, unhandled_error=*)
 
+@cython.locals(handle=Handle)
+cpdef Handle _new_handle(_Driver tool, func, args)
+
+cpdef _run_callback(Handle handle)
+
 
 @cython.final
 cdef class _RawTask:

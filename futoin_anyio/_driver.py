@@ -155,14 +155,6 @@ class Handle:
     _func: Callable[..., object]
     _args: tuple[Any, ...]
 
-    @classmethod
-    def _create(cls, tool: _Driver, func: Callable[..., object], args: tuple[Any, ...]) -> Handle:
-        handle = Handle.__new__(Handle)
-        handle._func = func
-        handle._args = args
-        handle._tool = tool
-        return handle
-
     def cancel(self) -> None:
         """Cancel the callback; a no-op if it already ran or was cancelled. Any thread.
 
@@ -194,6 +186,16 @@ class Handle:
             return "<Handle done>"
         state = "scheduled" if self._tool is not None else "done"
         return f"<Handle {getattr(func, '__qualname__', func)!r} {state}>"
+
+
+def _new_handle(tool: _Driver, func: Callable[..., object], args: tuple[Any, ...]) -> Handle:
+    """The handle of a callback ``func(*args)`` scheduled on ``tool`` (a Handle has no
+    ``__init__``: no user makes one)."""
+    handle = Handle.__new__(Handle)
+    handle._func = func
+    handle._args = args
+    handle._tool = tool
+    return handle
 
 
 # Handle is final. The compiled build's extension type is, by its declaration (``_driver.pxd``),
@@ -404,13 +406,13 @@ class _Driver:
         """Run ``func(*args)`` in the driver soon (engine-internal; loop thread only)."""
         if self._exited:
             return  # e.g. a coroutine task that ends after its driver dropped everything
-        handle = Handle._create(self, func, args)
+        handle = _new_handle(self, func, args)
         self._pending += 1
         self._ready_queue().append(handle)
         self._wake()
 
     def _call_later(self, delay_s: float, func: Callable[..., object], *args: Any) -> Handle:
-        handle = Handle._create(self, func, args)
+        handle = _new_handle(self, func, args)
         self._push_timer(self._clock() + delay_s, handle, True)
         return handle
 
@@ -421,7 +423,7 @@ class _Driver:
         While the driver awaits a coroutine of ``frame``'s flow inline, the shared scope's
         deadline covers it (the caller updates it): no helper task is started for it.
         """
-        handle = Handle._create(self, _on_timeout, (frame, timeout_ms))
+        handle = _new_handle(self, _on_timeout, (frame, timeout_ms))
         deadline = self._clock() + delay_s
         inline = self._inline
         self._push_timer(deadline, handle, inline is None or inline._flow is not frame._flow)

@@ -8,4 +8,5 @@ from futoin_anyio._driver cimport _Driver, Handle
 # needs no look-up for a Python override (a Python subclass would make every such call one).
 @cython.final
 cdef class AsyncTool(_Driver):
-    pass
+    @cython.locals(handle=Handle)
+    cpdef Handle immediate(self, func)
