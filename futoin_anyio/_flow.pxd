@@ -50,6 +50,6 @@ cpdef double _flow_deadline(_Flow flow) except? -1.0
 cdef object CANCELLING, COMPILED, CORO, CancelScope, Coroutine, CoroutineType, DONE, EXEC, Errors
 cdef object FAILED, FAILING, FutoInError, GO_ON, HANDLER, PAUSED, ROOT, State, SUBSTEPS
 cdef object TYPE_CHECKING
-cdef object WAIT, _NO_ARGS, _ins, _run_cleanups, _scope_classes, cancel_scope, cast
+cdef object WAIT, _NO_ARGS, _ins, _new, _run_cleanups, _scope_classes, cancel_scope, cast
 cdef object flow_reason, get_cancelled_exc_class, logger, logging, math, partial, sys
 cdef object timeout_info

@@ -51,6 +51,7 @@ from ._frame import (
     SUBSTEPS,
     WAIT,
     _end_ext,
+    _new,
     _own_ext,
     _run_cleanups,
 )
@@ -115,10 +116,12 @@ PAUSED: Final = None
 
 
 def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
-    # type(), not __class__: the compiled build then knows ``cls`` is a type, and calls its
-    # allocator directly (no look-up of __new__, no argument tuple).
-    cls = type(parent)
-    frame: AsyncSteps = cls.__new__(cls)
+    frame: AsyncSteps
+    if COMPILED:  # the class's allocator called in C (type() tells Cython ``cls`` is a type)
+        cls = type(parent)
+        frame = cls.__new__(cls)
+    else:  # object.__new__, cheapest called directly
+        frame = _new(parent.__class__)
     frame._binary = None
     state = parent._state
     frame._state = state if state is not None else parent.state
