@@ -2,6 +2,7 @@
 
 from contextlib import suppress as _suppress
 
+from ._driver import Handle as Handle
 from ._errors import Errors as Errors
 from ._errors import FutoInError as FutoInError
 
@@ -23,7 +24,6 @@ from ._throttle import Throttle as Throttle
 from ._throttle import ThrottleStatistics as ThrottleStatistics
 from ._tool import AsyncTool as AsyncTool
 from ._tool import AsyncToolStatistics as AsyncToolStatistics
-from ._tool import Handle as Handle
 from ._types import ISync as ISync
 
 __all__ = (

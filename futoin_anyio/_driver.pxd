@@ -5,8 +5,18 @@ from futoin_anyio._flow cimport _coroutine_done, _Flow, _flow_deadline, _start_r
 from futoin_anyio._frame cimport _Frame
 
 
+cdef class _Driver  # declared below: a Handle's tool
+
+
+@cython.final
+cdef class Handle:
+    cdef public object _args, _func
+    cdef public _Driver _tool
+
+
 # Not final: AsyncTool (_tool.py) is its subclass.
 cdef class _Driver:
+    cdef object __weakref__
     cdef public object _caller_ctx, _clock, _ctx_token, _current, _exit_alarm, _fatal
     cdef public object _helper_ended
     cdef public object _inline, _inline_alarm, _inline_ctx, _inline_flow, _inline_next
@@ -17,7 +27,7 @@ cdef class _Driver:
     cdef public bint _closing, _exit_server, _exited, _helper, _need_tg, _public, _slept
     cdef public Py_ssize_t _coro_tasks, _inflight, _pending, _seq
 
-    cpdef _schedule(self, flow)
+    cpdef _schedule(self, _Flow flow)
     cpdef _wake(self)
     @cython.locals(flow=_Flow, typed=bint)
     cpdef _tick(self)
@@ -27,6 +37,11 @@ cdef class _Driver:
 
 @cython.locals(tool=_Driver)
 cpdef _execute(_Frame root, unhandled_error=*)
+
+@cython.locals(handle=Handle)
+cpdef Handle _new_handle(_Driver tool, func, args)
+
+cpdef _run_callback(Handle handle)
 
 
 @cython.final
@@ -43,5 +58,5 @@ cdef object Context, Generator
 cdef object TYPE_CHECKING, _Future, _PRUNE_SLACK, _asyncio_future_type, _close_unstarted
 cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
 cdef object _running_asyncio_loop, _sniffio, anyio, arm_alarm, cancel_scope, checkpoint
-cdef object copy_context, create_task_group, deque, final, get_cancelled_exc_class, get_ident
+cdef object copy_context, create_task_group, deque, get_cancelled_exc_class, get_ident
 cdef object heapify, heappop, heappush, logger, logging, math, scope_class, sys

@@ -32,7 +32,7 @@ from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context, ContextVar, copy_context
 from heapq import heapify, heappop, heappush
 from threading import Lock, get_ident
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio import CancelScope, create_task_group, get_cancelled_exc_class
@@ -43,6 +43,7 @@ from . import _instrument as _ins
 from ._alarm import Alarm
 from ._alarm import arm as arm_alarm
 from ._errors import Errors, FutoInError
+from ._final import refuse_subclasses
 from ._flow import (
     _close_unstarted,
     _coroutine_done,
@@ -145,7 +146,6 @@ def _gone() -> None:
     """The callback of a handle that ran or was cancelled: what it held is let go at once."""
 
 
-@final
 class Handle:
     """A callback scheduled by :meth:`AsyncTool.immediate` or :meth:`AsyncTool.deferred`."""
 
@@ -154,14 +154,6 @@ class Handle:
     _tool: _Driver | None
     _func: Callable[..., object]
     _args: tuple[Any, ...]
-
-    @classmethod
-    def _create(cls, tool: _Driver, func: Callable[..., object], args: tuple[Any, ...]) -> Handle:
-        handle = cls.__new__(cls)
-        handle._func = func
-        handle._args = args
-        handle._tool = tool
-        return handle
 
     def cancel(self) -> None:
         """Cancel the callback; a no-op if it already ran or was cancelled. Any thread.
@@ -196,6 +188,21 @@ class Handle:
         return f"<Handle {getattr(func, '__qualname__', func)!r} {state}>"
 
 
+def _new_handle(tool: _Driver, func: Callable[..., object], args: tuple[Any, ...]) -> Handle:
+    """The handle of a callback ``func(*args)`` scheduled on ``tool`` (a Handle has no
+    ``__init__``: no user makes one)."""
+    handle = Handle.__new__(Handle)
+    handle._func = func
+    handle._args = args
+    handle._tool = tool
+    return handle
+
+
+# Handle is final. The compiled build's extension type is, by its declaration (``_driver.pxd``),
+# and cannot take ``typing.final``; the pure build's class refuses subclasses the same way.
+refuse_subclasses(Handle)
+
+
 class _Driver:
     """The driver's state and machinery; :class:`~futoin_anyio.AsyncTool` is the one subclass."""
 
@@ -203,6 +210,9 @@ class _Driver:
     _inline_alarm: Alarm | None
 
     __slots__ = (
+        # A weak reference lists a block's tool (and a waiting promise()'s driver, compiled
+        # build) in _tool._live.
+        "__weakref__",
         "_caller_ctx",
         "_clock",
         "_closing",
@@ -396,13 +406,13 @@ class _Driver:
         """Run ``func(*args)`` in the driver soon (engine-internal; loop thread only)."""
         if self._exited:
             return  # e.g. a coroutine task that ends after its driver dropped everything
-        handle = Handle._create(self, func, args)
+        handle = _new_handle(self, func, args)
         self._pending += 1
         self._ready_queue().append(handle)
         self._wake()
 
     def _call_later(self, delay_s: float, func: Callable[..., object], *args: Any) -> Handle:
-        handle = Handle._create(self, func, args)
+        handle = _new_handle(self, func, args)
         self._push_timer(self._clock() + delay_s, handle, True)
         return handle
 
@@ -413,7 +423,7 @@ class _Driver:
         While the driver awaits a coroutine of ``frame``'s flow inline, the shared scope's
         deadline covers it (the caller updates it): no helper task is started for it.
         """
-        handle = Handle._create(self, _on_timeout, (frame, timeout_ms))
+        handle = _new_handle(self, _on_timeout, (frame, timeout_ms))
         deadline = self._clock() + delay_s
         inline = self._inline
         self._push_timer(deadline, handle, inline is None or inline._flow is not frame._flow)
@@ -531,6 +541,8 @@ class _Driver:
         typed = COMPILED  # (a local: the pure build's check per item is the cheapest one)
         while ready and budget > 0:
             item = ready.popleft()
+            # (Handle is final in both builds, but no typing.final: an extension type cannot
+            # take it, so mypy does not narrow ``item`` in the other branch; hence the ignores.)
             if type(item) is Handle:
                 budget -= 1
                 if item._tool is None:
@@ -541,7 +553,7 @@ class _Driver:
             else:
                 try:
                     if not typed:  # a flow, or a root's first run (_flow._start_root)
-                        budget = item._go(budget)
+                        budget = item._go(budget)  # type: ignore[union-attr]
                     # The compiled build calls them in C, by type: no method look-up.
                     elif type(item) is _Flow:
                         flow = item
@@ -549,7 +561,7 @@ class _Driver:
                     elif isinstance(item, _Frame):  # a root started with execute(), first run
                         budget = _start_root(item, budget)
                     else:  # a flow of a subclass: instruments or the flow dump are on
-                        budget = item._go(budget)
+                        budget = item._go(budget)  # type: ignore[union-attr]
                 finally:
                     self._current = None
         if self._timers:

@@ -116,7 +116,12 @@ PAUSED: Final = None
 
 
 def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
-    frame: AsyncSteps = _new(parent.__class__)
+    frame: AsyncSteps
+    if COMPILED:  # the class's allocator called in C (type() tells Cython ``cls`` is a type)
+        cls = type(parent)
+        frame = cls.__new__(cls)
+    else:  # object.__new__, cheapest called directly
+        frame = _new(parent.__class__)
     frame._binary = None
     state = parent._state
     frame._state = state if state is not None else parent.state
@@ -208,7 +213,9 @@ class _Flow:
         # None while nobody asked for the root's state: its steps then find it through their
         # parents when asked (most roots never need one: a dict less per root for the GC).
         state = base._state
-        cls = base.__class__
+        # type(), not __class__: the compiled build then knows ``cls`` is a type, and calls its
+        # allocator directly for new(cls) (no look-up of __new__, no argument tuple).
+        cls = type(base)
         # object.__new__ in the pure build; the extension type's own in the compiled one (which
         # object.__new__ refuses), bound once here rather than looked up per step.
         new = cls.__new__

@@ -12,6 +12,7 @@ from anyio import Event
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from . import _instrument as _ins
+from ._final import refuse_subclasses
 from ._flow import _Flow
 from ._hooks import flow_key, go_on_with, on_exit
 from ._steps import AsyncSteps
@@ -316,11 +317,6 @@ class Mutex:
             owners[waiter.key] = 1
 
 
-def _no_subclass(cls: type, /, **kwargs: Any) -> None:
-    raise TypeError(f"type {cls.__mro__[1].__qualname__!r} is not an acceptable base type")
-
-
 # Mutex is final. The compiled build's extension type is, by its declaration (``_mutex.pxd``),
 # and cannot take ``typing.final``; the pure build's class refuses subclasses the same way.
-if Mutex.__flags__ & (1 << 10):  # Py_TPFLAGS_BASETYPE: the pure build
-    setattr(Mutex, "__init_subclass__", classmethod(_no_subclass))  # noqa: B010
+refuse_subclasses(Mutex)

@@ -6,6 +6,13 @@ from futoin_anyio._frame cimport _end_ext, _Frame
 
 
 @cython.final
+cdef class ParallelSteps:
+    cdef public list _branches
+    cdef public _Frame _owner
+    cdef public object _results
+
+
+@cython.final
 cdef class _ParallelRun:
     cdef public list flows
     cdef public _Frame frame
@@ -17,5 +24,5 @@ cdef class _ParallelRun:
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,
 # Cython caches no module-global look-up (each read would be a dict look-up). They are
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
-cdef object DONE, FAILING, SUBSTEPS, TYPE_CHECKING, _Ext, _NO_ARGS, _halt, _ins, _internal, _new
+cdef object DONE, FAILING, SUBSTEPS, TYPE_CHECKING, _Ext, _NO_ARGS, _halt, _ins, _internal
 cdef object _stop_coroutines, _unwinding, _wrong_thread, deque, get_ident, partial, threading

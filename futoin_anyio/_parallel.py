@@ -10,6 +10,7 @@ from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 from . import _instrument as _ins
+from ._final import refuse_subclasses
 from ._flow import _Flow, _halt, _new_frame, _stop_coroutines
 from ._frame import (
     _NO_ARGS,
@@ -19,7 +20,6 @@ from ._frame import (
     _end_ext,
     _Ext,
     _internal,
-    _new,
     _wrong_thread,
 )
 
@@ -47,7 +47,7 @@ class ParallelSteps:
 
     @classmethod
     def _create(cls, owner: AsyncSteps, results: str | None = None) -> ParallelSteps:
-        self: ParallelSteps = _new(cls)
+        self = ParallelSteps.__new__(ParallelSteps)
         self._branches = []
         self._owner = owner
         self._results = results
@@ -102,6 +102,12 @@ class ParallelSteps:
             container._flow = bflow
             flows.append(bflow)
             driver._schedule(bflow)
+
+
+# ParallelSteps is final. The compiled build's extension type is, by its declaration
+# (``_parallel.pxd``), and cannot take ``typing.final``; the pure build's class refuses
+# subclasses the same way.
+refuse_subclasses(ParallelSteps)
 
 
 class _ParallelRun:

@@ -12,6 +12,7 @@ from anyio import Event, current_time, move_on_at
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from . import _instrument as _ins
+from ._driver import Handle
 from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
@@ -23,7 +24,6 @@ from ._sync_common import (
     label,
     lazy_binary,
 )
-from ._tool import Handle
 from ._types import ErrorHandler, StepFunc
 from ._waitqueue import DONE, HELD, NEW, QUEUED, WaitQueue, state_name
 

@@ -22,11 +22,10 @@ from anyio import create_task_group
 
 from ._driver import Handle, _current_tool, _Driver, _foreign, _unwrap_group
 from ._errors import Errors, FutoInError
+from ._final import refuse_subclasses
 from ._frame import _internal
 
-__all__ = ("AsyncTool", "AsyncToolStatistics", "Handle")
-
-_new_handle = object.__new__
+__all__ = ("AsyncTool", "AsyncToolStatistics")
 
 #: The registry of live roots, for the flow dump: a weak reference to every AsyncTool whose block
 #: was entered, dropped from the set (by the reference's callback) as soon as the tool is freed.
@@ -60,7 +59,6 @@ class AsyncToolStatistics:
     tasks: int
 
 
-@final
 class AsyncTool(_Driver):
     """The AsyncTool event-loop interface (FTN12 §2.6) bound to the running AnyIO event loop.
 
@@ -75,9 +73,8 @@ class AsyncTool(_Driver):
     raises ``FutoInError`` (``InternalError``) as ``execute()`` does.
     """
 
-    # The slots (the driver's state) are _Driver's; a weak reference lists a block's tool (and a
-    # waiting promise()'s driver, compiled build) in _live.
-    __slots__ = ("__weakref__",)
+    # The slots (the driver's state, and the weak reference that lists it in _live) are _Driver's.
+    __slots__ = ()
 
     def __init__(self) -> None:
         self._public = True
@@ -99,7 +96,7 @@ class AsyncTool(_Driver):
             raise TypeError(f"immediate() needs a callable, got {type(func).__name__}")
         if self._exited:
             _internal("immediate(): the AsyncTool has already exited")
-        handle = _new_handle(Handle)  # Handle._create(), inlined: immediate() is a hot path
+        handle = Handle.__new__(Handle)  # Handle._create(), inlined: immediate() is a hot path
         handle._func = func
         handle._args = ()
         handle._tool = self
@@ -205,6 +202,11 @@ class AsyncTool(_Driver):
             _internal(f"{what}: the AsyncTool has already exited")
         if self._thread is None:
             raise FutoInError(Errors.InternalError, f"{what}: the AsyncTool is not running")
+
+
+# AsyncTool is final. The compiled build's extension type is, by its declaration (``_tool.pxd``),
+# and cannot take ``typing.final``; the pure build's class refuses subclasses the same way.
+refuse_subclasses(AsyncTool)
 
 
 def _check_ms(what: str, value: object) -> float:

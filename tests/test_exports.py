@@ -7,12 +7,14 @@ import re
 from pathlib import Path
 from types import FunctionType
 
+import pytest
+
 import futoin_anyio
 from futoin_anyio import AsyncSteps
 from futoin_anyio._frame import COMPILED
 
 #: The public classes that are extension types in the compiled build.
-_EXTENSION_TYPES = ("AsyncSteps", "Mutex")
+_EXTENSION_TYPES = ("AsyncSteps", "AsyncTool", "Handle", "Mutex", "ParallelSteps")
 
 
 def test_all_names_are_exported_and_public() -> None:
@@ -96,3 +98,11 @@ def test_error_codes() -> None:
     err = FutoInError("Code", "info")
     assert (err.code, err.info, str(err)) == ("Code", "info", "Code: info")
     assert str(FutoInError("Code")) == "Code"
+
+
+@pytest.mark.parametrize("name", ["AsyncTool", "Handle", "Mutex", "ParallelSteps"])
+def test_final_classes_refuse_subclasses(name: str) -> None:
+    # Final in both builds: an extension type declared final (compiled), a class that refuses
+    # subclasses the same way (pure; _final.refuse_subclasses).
+    with pytest.raises(TypeError, match=rf"{name}' is not an acceptable base type"):
+        type("Mine", (getattr(futoin_anyio, name),), {})
