@@ -11,6 +11,7 @@ import sniffio
 import trio.testing
 from fuzz.interp import VirtualTimeLoop
 
+from futoin_anyio import AsyncSteps
 from futoin_anyio._alarm import TASK_NAME as ALARM_TASK
 
 
@@ -35,3 +36,22 @@ def first_branch_inline() -> bool:
     branches' plain steps run in it meanwhile: see ``_Driver._start_coroutine``).
     """
     return sniffio.current_async_library() == "trio" or sys.version_info >= (3, 12)
+
+
+def waiting_branch(name: str, log: list[str], delay: float = 10,
+                   tasks: list[set[str | None]] | None = None) -> Any:
+    """A branch whose coroutine waits ``delay`` s; its cleanup and its cancel handler log
+    themselves (and the coroutine the tasks running when it starts, into ``tasks``)."""
+
+    async def wait(asi: AsyncSteps) -> None:
+        if tasks is not None:
+            tasks.append(own_tasks())
+        try:
+            await anyio.sleep(delay)
+        finally:
+            log.append(f"{name} cleanup")
+
+    def steps(asi: AsyncSteps) -> None:
+        asi.set_cancel(lambda asi: log.append(f"{name} cancel"))
+        asi.add(wait)
+    return steps

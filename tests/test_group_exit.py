@@ -16,7 +16,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 import trio
-from backend_support import own_tasks, virtual_time
+from backend_support import own_tasks, virtual_time, waiting_branch
 
 from futoin_anyio import AsyncSteps, Errors, FutoInError
 from futoin_anyio._alarm import TASK_NAME as ALARM_TASK
@@ -118,21 +118,9 @@ async def test_timeout_while_the_branches_run() -> None:
     runs once its coroutine has ended, then the error handler, and the flow goes on."""
     log: list[str] = []
 
-    def branch(name: str) -> Any:
-        async def slow(asi: AsyncSteps) -> None:
-            try:
-                await anyio.sleep(10)
-            finally:
-                log.append(f"{name} cleanup")
-
-        def steps(asi: AsyncSteps) -> None:
-            asi.set_cancel(lambda asi: log.append(f"{name} cancel"))
-            asi.add(slow)
-        return steps
-
     def outer(asi: AsyncSteps) -> None:
         asi.set_timeout(50)
-        asi.parallel().add(branch("a")).add(branch("b"))
+        asi.parallel().add(waiting_branch("a", log)).add(waiting_branch("b", log))
 
     def handler(asi: AsyncSteps, code: str) -> None:
         log.append(f"error {code}")

@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from backend_support import first_branch_inline, own_tasks, virtual_time
+from backend_support import first_branch_inline, own_tasks, virtual_time, waiting_branch
 
 from futoin_anyio import AsyncSteps, Errors, FutoInError
 
@@ -29,25 +29,6 @@ HELPER = "futoin_anyio driver helper"
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> Any:
     return virtual_time(request.param)
-
-
-def _waiting_branch(name: str, log: list[str], delay: float = 10,
-                    tasks: list[set[str | None]] | None = None) -> Any:
-    """A branch whose coroutine waits ``delay`` s; its cleanup and its cancel handler log
-    themselves (and the coroutine the tasks running when it starts, into ``tasks``)."""
-
-    async def wait(asi: AsyncSteps) -> None:
-        if tasks is not None:
-            tasks.append(own_tasks())
-        try:
-            await anyio.sleep(delay)
-        finally:
-            log.append(f"{name} cleanup")
-
-    def steps(asi: AsyncSteps) -> None:
-        asi.set_cancel(lambda asi: log.append(f"{name} cancel"))
-        asi.add(wait)
-    return steps
 
 
 def _assert_cleanups_then_cancels(log: list[str], names: list[str]) -> None:
@@ -111,8 +92,8 @@ async def test_an_outer_timeout_two_levels_up_cancels_the_inline_branch() -> Non
     tasks: list[set[str | None]] = []
 
     def inner(asi: AsyncSteps) -> None:
-        asi.parallel().add(_waiting_branch("a", log, 10, tasks)) \
-            .add(_waiting_branch("b", log, 20, tasks))
+        asi.parallel().add(waiting_branch("a", log, 10, tasks)) \
+            .add(waiting_branch("b", log, 20, tasks))
 
     def outer(asi: AsyncSteps) -> None:
         asi.set_timeout(50)
@@ -148,9 +129,9 @@ async def test_a_failing_branch_cancels_the_other(failing: str) -> None:
 
     def both(asi: AsyncSteps) -> None:
         if failing == "inline":
-            asi.parallel().add(fails).add(_waiting_branch("task", log))
+            asi.parallel().add(fails).add(waiting_branch("task", log))
         else:
-            asi.parallel().add(_waiting_branch("inline", log)).add(fails)
+            asi.parallel().add(waiting_branch("inline", log)).add(fails)
 
     root = AsyncSteps()
     root.add(both, handler)
@@ -229,7 +210,7 @@ async def test_root_cancel_while_the_inline_branch_waits() -> None:
     ``Cancelled``; the caller's own cancellation state is untouched."""
     log: list[str] = []
     root = AsyncSteps()
-    root.parallel().add(_waiting_branch("a", log)).add(_waiting_branch("b", log))
+    root.parallel().add(waiting_branch("a", log)).add(waiting_branch("b", log))
     before = own_tasks()
 
     async def cancel_soon() -> None:
