@@ -60,4 +60,3 @@ cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
 cdef object _running_asyncio_loop, _sniffio, anyio, arm_alarm, cancel_scope, checkpoint
 cdef object copy_context, create_task_group, deque, get_cancelled_exc_class, get_ident
 cdef object heapify, heappop, heappush, logger, logging, math, scope_class, sys
-cdef object _asyncio_group
