@@ -72,6 +72,10 @@ class _OptionalBuildExt(build_ext):
             self.parallel = os.cpu_count() or 1
 
     def run(self) -> None:
+        if not any(_is_engine(e) for e in self.extensions):
+            # A pure build: an engine compiled by an earlier build of the same tree (in its
+            # build folder, or in place) would be packaged, or imported, instead of the .py.
+            _remove_engine_outputs(self)
         try:
             super().run()
         except _EngineBuildFailed as failed:

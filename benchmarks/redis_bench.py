@@ -27,6 +27,11 @@ they are ready, and start together when every one is.
   table gives the rate held (entries from the first one to the end of the run, over that
   time), rejected or refused
   entries, the most entries seen in any 1 s sliding window, and CPU per entry.
+- *rounds* (``--rounds N``, mutex runs): after the table, ``N`` more pairs of runs,
+  ``RedisMutex(1)`` and the coredis ring back to back (in alternating order), each pair's
+  hand-off ratio taken under the same load, and the median over the pairs. On a shared
+  machine a single run of either side varies by up to 2x from one minute to the next: the
+  median of pairs is the ratio to read.
 """
 
 from __future__ import annotations
@@ -423,6 +428,40 @@ def measure(port: int, parts: list[str], duration: float, rate: int,
     return figures
 
 
+#: The pair of rows that ``--rounds`` alternates: ours against its floor.
+PAIR = ("RedisMutex(1)", "floor: BLPOP/RPUSH ring")
+
+
+def alternate(port: int, rounds: int, duration: float, rate: int) -> list[dict[str, Any]]:
+    """``rounds`` pairs of runs of :data:`PAIR`, back to back, the order alternating from one
+    pair to the next (so that a drift of the machine's load favours neither side)."""
+    pairs = []
+    for i in range(rounds):
+        pair = {}
+        for key in (PAIR if i % 2 == 0 else PAIR[::-1]):
+            impl, backends = MUTEX_RUNS[key]
+            pair[key] = mutex_figures(run(port, impl, backends, duration, rate))
+        pairs.append(pair)
+    return pairs
+
+
+def rounds_summary(pairs: list[dict[str, Any]]) -> dict[str, float]:
+    """The medians over the pairs: hand-off ratio (ours / floor), and each side's p99."""
+    ours, floor = PAIR
+
+    def median(values: list[float]) -> float:
+        values = sorted(values)
+        n = len(values)
+        if not n:
+            return float("nan")
+        return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+    ratios = [p[ours]["handoffs_per_s"] / p[floor]["handoffs_per_s"]
+              for p in pairs if p[floor]["handoffs_per_s"]]
+    return {"ratio": median(ratios), "ours_p99_ms": median([p[ours]["p99_ms"] for p in pairs]),
+            "floor_p99_ms": median([p[floor]["p99_ms"] for p in pairs])}
+
+
 def profile_shares(path: str) -> dict[str, float]:
     """Share of a worker's profiled time (own time of functions, waiting excluded) by
     package: where the CPU of an entry goes."""
@@ -473,6 +512,20 @@ def report(figures: dict[str, Any]) -> None:
             if f is not None and f["handoffs_per_s"]:
                 print(f"{key} / RedisMutex(1): {f['handoffs_per_s'] / ours['handoffs_per_s']:.2f}x"
                       f" hand-offs/s (the cost of waiting for the replica)")
+    pairs = figures.get("rounds")
+    if pairs:
+        ours, floor = PAIR
+        print(f"\n{ours} against {floor}, {len(pairs)} pairs of runs back to back")
+        print(f"{'pair':>4} {'ours hand-off/s':>15} {'floor hand-off/s':>16} {'ratio':>6} "
+              f"{'ours p99 ms':>11} {'floor p99 ms':>12}")
+        for i, p in enumerate(pairs, 1):
+            a, b = p[ours], p[floor]
+            ratio = a["handoffs_per_s"] / b["handoffs_per_s"] if b["handoffs_per_s"] else 0.0
+            print(f"{i:4d} {a['handoffs_per_s']:15.0f} {b['handoffs_per_s']:16.0f} "
+                  f"{ratio:6.2f} {a['p99_ms']:11.2f} {b['p99_ms']:12.2f}")
+        summary = rounds_summary(pairs)
+        print(f"median: {summary['ratio']:.2f}x the floor's hand-offs/s; p99 release-to-entry "
+              f"{summary['ours_p99_ms']:.2f} ms (the floor's {summary['floor_p99_ms']:.2f} ms)")
     if "RedisLimiter" in figures:
         print(f"\nRate limit of {rate}/s, 4 processes x {TASKS} tasks, {duration:g} s per run")
         print(f"{'':28} {'entries':>8} {'rate/s':>9} {'error %':>8} {'rejected':>9} "
@@ -495,6 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, help="seconds per run (default 10)")
     parser.add_argument("--rate", type=int, default=1000, help="limiter runs: entries per s")
     parser.add_argument("--only", choices=("mutex", "limiter"), help="one kind of run")
+    parser.add_argument("--rounds", type=int, default=0, metavar="N",
+                        help="mutex runs: N more pairs of RedisMutex(1) and the coredis ring, "
+                             "back to back, and the median ratio")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--profile", metavar="FILE",
                         help="cProfile the first worker of each run into FILE.<kind> and print "
@@ -514,6 +570,8 @@ def main(argv: list[str] | None = None) -> int:
         replica = RedisServer(replica_of=server)
         replica.link_up()
         figures = measure(server.port, parts, duration, args.rate, durable=True)
+        if args.rounds > 0 and "mutex" in parts:
+            figures["rounds"] = alternate(server.port, args.rounds, duration, args.rate)
     finally:
         if replica is not None:
             replica.close()

@@ -1042,9 +1042,10 @@ class _Driver:
                 trio = self._library != "asyncio"
                 try:
                     # On trio its own nursery: the same start_soon() and cancel_scope, without
-                    # AnyIO's wrapper around it.
+                    # AnyIO's wrapper around it; on asyncio AnyIO's task group, made directly
+                    # (create_task_group() would look the backend up each time).
                     group: Any = sys.modules["trio"].open_nursery() if trio \
-                        else create_task_group()
+                        else (_asyncio_group or _asyncio_group_class())()
                     async with group as tg:
                         self._tg = tg
                         self._need_tg = False
@@ -1306,6 +1307,17 @@ _trio_lowlevel: Any = _NoTrio
 #: The token and clock of the trio run a driver bound to last (one tuple: read whole by threads
 #: that each run trio).
 _trio_run: tuple[Any, Callable[[], float]] | None = None
+
+
+#: AnyIO's task group class on asyncio, once known (see :func:`_asyncio_group_class`).
+_asyncio_group: Callable[[], Any] | None = None
+
+
+def _asyncio_group_class() -> Callable[[], Any]:
+    """AnyIO's task group class of the asyncio backend (called in the event loop's thread)."""
+    global _asyncio_group
+    _asyncio_group = type(create_task_group())
+    return _asyncio_group
 
 
 def _task_name(step: AsyncSteps) -> str:

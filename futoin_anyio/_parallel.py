@@ -45,8 +45,8 @@ class ParallelSteps:
     def __init__(self) -> None:
         raise TypeError("ParallelSteps is created by AsyncSteps.parallel()")
 
-    @classmethod
-    def _create(cls, owner: AsyncSteps, results: str | None = None) -> ParallelSteps:
+    @staticmethod
+    def _create(owner: AsyncSteps, results: str | None = None) -> ParallelSteps:
         self = ParallelSteps.__new__(ParallelSteps)
         self._branches = []
         self._owner = owner

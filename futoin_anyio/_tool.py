@@ -96,7 +96,7 @@ class AsyncTool(_Driver):
             raise TypeError(f"immediate() needs a callable, got {type(func).__name__}")
         if self._exited:
             _internal("immediate(): the AsyncTool has already exited")
-        handle = Handle.__new__(Handle)  # Handle._create(), inlined: immediate() is a hot path
+        handle = Handle.__new__(Handle)  # _driver._new_handle(), inlined: a hot path
         handle._func = func
         handle._args = ()
         handle._tool = self

@@ -13,10 +13,10 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+from backend_support import own_tasks
 from scope_support import deadline_once_blocked
 
 from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError, Limiter, Throttle
-from futoin_anyio._alarm import TASK_NAME as ALARM_TASK
 
 pytestmark = pytest.mark.anyio
 
@@ -26,11 +26,6 @@ _var: ContextVar[str] = ContextVar("test_native_path_var", default="unset")
 def _note(log: list[str], text: str, event: anyio.Event) -> None:
     log.append(text)
     event.set()
-
-
-def _own_tasks() -> set[str | None]:
-    # Not the run's alarm task (trio): a service of the run from its first alarm to its end.
-    return {t.name for t in anyio.get_running_tasks() if t.name != ALARM_TASK}
 
 
 async def test_async_step_runs_in_the_callers_task() -> None:
@@ -69,14 +64,14 @@ async def test_no_task_is_spawned_for_lone_async_steps() -> None:
 
     async def step(asi: AsyncSteps, i: int) -> None:
         await anyio.lowlevel.checkpoint()
-        during.append(_own_tasks())
+        during.append(own_tasks())
 
-    before = _own_tasks()
+    before = own_tasks()
     asi = AsyncSteps()
     asi.add(lambda asi: asi.repeat(5, step))
     await asi.promise()
     assert all(tasks == before for tasks in during)
-    assert _own_tasks() == before
+    assert own_tasks() == before
 
 
 async def test_timeout_of_the_async_step_itself() -> None:
@@ -209,10 +204,10 @@ async def test_tool_callbacks_run_on_time_while_a_coroutine_awaits_inline() -> N
 
     asi = AsyncSteps()
     asi.add(step)
-    before = _own_tasks()
+    before = own_tasks()
     assert await asi.promise() == "done"
     assert log == ["immediate", "deferred"]
-    assert _own_tasks() == before  # the helper task ended with the inline run
+    assert own_tasks() == before  # the helper task ended with the inline run
 
 
 async def test_immediate_from_a_thread_while_inline() -> None:
@@ -386,11 +381,11 @@ async def test_keyboard_interrupt_after_an_inline_coroutine_is_raised_bare() -> 
 
     asi = AsyncSteps()
     asi.add(outer)
-    before = _own_tasks()
+    before = own_tasks()
     with pytest.raises(KeyboardInterrupt):
         await asi.promise()
     assert log == ["cancel handler"]
-    assert _own_tasks() == before
+    assert own_tasks() == before
 
 
 async def test_error_handler_between_inline_coroutines() -> None:

@@ -55,3 +55,31 @@ def test_check_reports_broken_invariants() -> None:
     assert "2 overlapping holders" in bad[0]
     assert "1 rejected" in bad[1]
     assert "106 entries in 1 s" in bad[2]
+
+
+def test_rounds_alternate_and_summarise(redis_server: RedisServer,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    ours, floor = redis_bench.PAIR
+    pairs = redis_bench.alternate(redis_server.port, 2, 0.3, 200)
+    assert len(pairs) == 2
+    for pair in pairs:
+        assert set(pair) == {ours, floor}
+        for f in pair.values():
+            assert f["entries"] > 4 and f["overlaps"] == 0, f
+    redis_bench.report({"duration": 0.3, "rate": 200, "rounds": pairs})
+    out = capsys.readouterr().out
+    assert "2 pairs of runs back to back" in out and "median:" in out
+
+
+def test_rounds_summary_is_the_median_of_pairs() -> None:
+    ours, floor = redis_bench.PAIR
+
+    def pair(a: float, b: float, pa: float, pb: float) -> dict[str, dict[str, float]]:
+        return {ours: {"handoffs_per_s": a, "p99_ms": pa},
+                floor: {"handoffs_per_s": b, "p99_ms": pb}}
+
+    pairs = [pair(800, 1000, 3.0, 2.0), pair(900, 600, 2.0, 8.0), pair(500, 1000, 9.0, 1.0)]
+    summary = redis_bench.rounds_summary(pairs)
+    assert summary["ratio"] == pytest.approx(0.8)  # of 0.8, 1.5, 0.5
+    assert summary["ours_p99_ms"] == 3.0 and summary["floor_p99_ms"] == 2.0
+    assert redis_bench.rounds_summary(pairs[:2])["ratio"] == pytest.approx((0.8 + 1.5) / 2)
