@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -450,11 +451,7 @@ def rounds_summary(pairs: list[dict[str, Any]]) -> dict[str, float]:
     ours, floor = PAIR
 
     def median(values: list[float]) -> float:
-        values = sorted(values)
-        n = len(values)
-        if not n:
-            return float("nan")
-        return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+        return statistics.median(values) if values else float("nan")
 
     ratios = [p[ours]["handoffs_per_s"] / p[floor]["handoffs_per_s"]
               for p in pairs if p[floor]["handoffs_per_s"]]
@@ -556,6 +553,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="cProfile the first worker of each run into FILE.<kind> and print "
                              "where its time went, by package")
     args = parser.parse_args(argv)
+    if args.rounds < 0:
+        parser.error(f"--rounds must be 0 or more, not {args.rounds}")
     duration = args.duration or (0.5 if args.quick else 10.0)
     parts = [args.only] if args.only else ["mutex", "limiter"]
     sys.path.insert(0, os.path.join(ROOT, "tests"))

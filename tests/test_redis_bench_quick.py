@@ -83,3 +83,10 @@ def test_rounds_summary_is_the_median_of_pairs() -> None:
     assert summary["ratio"] == pytest.approx(0.8)  # of 0.8, 1.5, 0.5
     assert summary["ours_p99_ms"] == 3.0 and summary["floor_p99_ms"] == 2.0
     assert redis_bench.rounds_summary(pairs[:2])["ratio"] == pytest.approx((0.8 + 1.5) / 2)
+
+
+def test_rounds_must_not_be_negative(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        redis_bench.main(["--rounds", "-1"])
+    assert exit_info.value.code == 2
+    assert "--rounds must be 0 or more, not -1" in capsys.readouterr().err
