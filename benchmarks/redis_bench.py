@@ -553,10 +553,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="cProfile the first worker of each run into FILE.<kind> and print "
                              "where its time went, by package")
     args = parser.parse_args(argv)
-    if args.rounds < 0:
-        parser.error(f"--rounds must be 0 or more, not {args.rounds}")
     duration = args.duration or (0.5 if args.quick else 10.0)
     parts = [args.only] if args.only else ["mutex", "limiter"]
+    if args.rounds < 0:
+        parser.error(f"--rounds must be 0 or more, not {args.rounds}")
+    if args.rounds and "mutex" not in parts:
+        parser.error("--rounds pairs mutex runs: it cannot go with --only limiter")
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from redis_support.server import RedisServer
 
@@ -569,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
         replica = RedisServer(replica_of=server)
         replica.link_up()
         figures = measure(server.port, parts, duration, args.rate, durable=True)
-        if args.rounds > 0 and "mutex" in parts:
+        if args.rounds:
             figures["rounds"] = alternate(server.port, args.rounds, duration, args.rate)
     finally:
         if replica is not None:

@@ -90,3 +90,10 @@ def test_rounds_must_not_be_negative(capsys: pytest.CaptureFixture[str]) -> None
         redis_bench.main(["--rounds", "-1"])
     assert exit_info.value.code == 2
     assert "--rounds must be 0 or more, not -1" in capsys.readouterr().err
+
+
+def test_rounds_need_the_mutex_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        redis_bench.main(["--rounds", "2", "--only", "limiter"])
+    assert exit_info.value.code == 2
+    assert "--rounds pairs mutex runs" in capsys.readouterr().err
