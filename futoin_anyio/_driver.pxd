@@ -1,6 +1,7 @@
 # The compiled build's declarations for _driver.py: see _frame.pxd.
 cimport cython
 
+from futoin_anyio._alarm cimport Alarm, arm as arm_alarm
 from futoin_anyio._flow cimport _coroutine_done, _Flow, _flow_deadline, _start_root
 from futoin_anyio._frame cimport _Frame
 
@@ -17,9 +18,10 @@ cdef class Handle:
 # Not final: AsyncTool (_tool.py) is its subclass.
 cdef class _Driver:
     cdef object __weakref__
-    cdef public object _caller_ctx, _clock, _ctx_token, _current, _exit_alarm, _fatal
+    cdef public object _caller_ctx, _clock, _ctx_token, _current, _fatal
     cdef public object _helper_ended
-    cdef public object _inline, _inline_alarm, _inline_ctx, _inline_flow, _inline_next
+    cdef public Alarm _exit_alarm, _inline_alarm
+    cdef public object _inline, _inline_ctx, _inline_flow, _inline_next
     cdef public object _inline_scope, _instruments, _joins
     cdef public object _library, _main
     cdef public object _pending_coros, _raw_idle, _raw_tasks, _ready, _roots, _sleep_scope
@@ -57,6 +59,6 @@ cdef object FutoInError, Lock, MODEL, ROOT, _ins, _TASK_CONTEXT, _asyncio_curren
 cdef object Context, Generator
 cdef object TYPE_CHECKING, _Future, _PRUNE_SLACK, _asyncio_future_type, _close_unstarted
 cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
-cdef object _running_asyncio_loop, _sniffio, anyio, arm_alarm, cancel_scope, checkpoint
+cdef object _running_asyncio_loop, _sniffio, anyio, cancel_scope, checkpoint
 cdef object copy_context, create_task_group, deque, get_cancelled_exc_class, get_ident
 cdef object heapify, heappop, heappush, logger, logging, math, scope_class, sys
