@@ -20,7 +20,7 @@ cdef class _Driver:
     cdef object __weakref__
     cdef public object _caller_ctx, _clock, _ctx_token, _current, _fatal
     cdef public object _helper_ended
-    cdef public Alarm _exit_alarm, _inline_alarm
+    cdef public Alarm _exit_alarm, _inline_alarm, _spare_alarm
     cdef public object _inline, _inline_ctx, _inline_flow, _inline_next
     cdef public object _inline_scope, _instruments, _joins
     cdef public object _library, _main

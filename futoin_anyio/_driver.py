@@ -254,6 +254,9 @@ class _Driver:
         "_seq",
         "_sleep_scope",
         "_slept",
+        # The alarm an inline run left armed for its flow's timeout, for the wait that follows
+        # (_take_spare): the same deadline is not armed twice in a row.
+        "_spare_alarm",
         "_tasks_idle",
         "_tg",
         "_thread",
@@ -312,6 +315,7 @@ class _Driver:
         self._caller_ctx: Any = None
         self._exit_alarm: Alarm | None = None
         self._exit_server = False
+        self._spare_alarm: Alarm | None = None
         # What waits for coroutines to end (an unwinding paused at a parallel step, a halted
         # branch, a root's cancel()): (flows, then), in the order they began to wait.
         self._joins: list[tuple[list[_Flow], Callable[[], object]]] = _EMPTY
@@ -612,22 +616,27 @@ class _Driver:
         :mod:`._alarm`) that wakes the task (no cancel scope around the wait: a trio scope with
         a deadline, entered and left, costs several times an alarm armed and disarmed)."""
         deadline = self._next_deadline()
+        # The alarm the inline run just left for this deadline, if any, wakes the task instead.
+        alarm = None if self._spare_alarm is None else self._take_spare(deadline, self._wake)
         if self._library == "asyncio":
             loop = self._threadsafe
             future = self._sleep_scope = loop.create_future()
-            timer = None if deadline == math.inf else loop.call_at(deadline, _set_result, future)
+            timer = None if deadline == math.inf or alarm is not None \
+                else loop.call_at(deadline, _set_result, future)
             try:
                 await future
             finally:
                 if timer is not None:
                     timer.cancel()
+                elif alarm is not None:
+                    alarm.disarm()
                 if self._sleep_scope is future:
                     self._sleep_scope = None
         else:
             # A late alarm (the task was woken otherwise, and not yet disarmed) finds nobody
             # parked: _wake() then does nothing (no inline run here, or this is the helper).
-            alarm = None if deadline == math.inf else arm_alarm(
-                "trio", self._threadsafe, deadline, self._wake)
+            if alarm is None and deadline != math.inf:
+                alarm = arm_alarm("trio", self._threadsafe, deadline, self._wake)
             self._sleep_scope = _trio_lowlevel.current_task()
             try:
                 await _trio_lowlevel.wait_task_rescheduled(self._abort_park)
@@ -666,6 +675,8 @@ class _Driver:
                 await self._idle()
             elif self._library == "asyncio":
                 self._slept = True
+                if self._spare_alarm is not None:
+                    self._drop_spare()  # no timer left: nothing for it to wake
                 future = self._sleep_scope = self._threadsafe.create_future()
                 try:
                     await future
@@ -674,6 +685,8 @@ class _Driver:
                         self._sleep_scope = None
             else:
                 self._slept = True
+                if self._spare_alarm is not None:
+                    self._drop_spare()
                 lowlevel = sys.modules["trio"].lowlevel
                 self._sleep_scope = lowlevel.current_task()
                 await lowlevel.wait_task_rescheduled(self._abort_park)
@@ -705,6 +718,8 @@ class _Driver:
         deadline = _flow_deadline(flow)
         if deadline != math.inf:
             self._arm_inline(deadline)
+        elif self._spare_alarm is not None:
+            self._drop_spare()
         branch = self._inline_ctx is not None
         if branch:
             # Other branches' tasks serve the driver's work while this one is awaited: in the
@@ -789,8 +804,14 @@ class _Driver:
         finally:
             alarm = self._inline_alarm
             if alarm is not None:
+                # Left armed for the wait that most often follows (the caller waits for the
+                # other branches until the same timeout, in _idle() or in the group's exit);
+                # that wait takes it over, anything else drops it (_take_spare, _drop_spare).
                 self._inline_alarm = None
-                alarm.disarm()
+                if self._spare_alarm is not None:
+                    self._drop_spare()
+                alarm.due = self._spare_due
+                self._spare_alarm = alarm
             self._inline_scope = self._inline_flow = None
             self._inline_next = self._inline_ctx = None
             if self._helper:
@@ -813,8 +834,35 @@ class _Driver:
             if alarm.when == deadline:
                 return
             alarm.disarm()
-        self._inline_alarm = None if deadline == math.inf else arm_alarm(
+        alarm = None if self._spare_alarm is None \
+            else self._take_spare(deadline, self._inline_due)
+        self._inline_alarm = alarm if alarm is not None or deadline == math.inf else arm_alarm(
             self._library, self._threadsafe, deadline, self._inline_due)
+
+    def _take_spare(self, deadline: float, due: Callable[[], object]) -> Alarm | None:
+        """The alarm an inline run left (``_spare_alarm``), now calling ``due()``, if it goes
+        off at ``deadline``; else ``None`` (it is disarmed). There must be one."""
+        alarm = self._spare_alarm
+        assert alarm is not None
+        self._spare_alarm = None
+        if alarm.when == deadline and alarm.due is not None:
+            alarm.due = due
+            return alarm
+        alarm.disarm()
+        return None
+
+    def _drop_spare(self) -> None:
+        """Disarm the alarm an inline run left: nothing waits for it."""
+        alarm = self._spare_alarm
+        if alarm is not None:
+            self._spare_alarm = None
+            alarm.disarm()
+
+    def _spare_due(self) -> None:
+        """The alarm an inline run left went off before a wait took it over: as any wake-up
+        (the driver, running, finds the due timer at its next wait)."""
+        self._spare_alarm = None
+        self._wake()
 
     def _task_context(self) -> Context:
         """The running task's own context (not a copy): trio's, or asyncio's (Python 3.12)."""
@@ -1093,7 +1141,8 @@ class _Driver:
             if alarm.when == deadline and alarm.due is not None:
                 return
             alarm.disarm()
-        self._exit_alarm = None if deadline == math.inf else arm_alarm(
+        alarm = None if self._spare_alarm is None else self._take_spare(deadline, self._wake)
+        self._exit_alarm = alarm if alarm is not None or deadline == math.inf else arm_alarm(
             "trio", self._threadsafe, deadline, self._wake)
 
     async def _serve_exit(self) -> None:

@@ -9,6 +9,7 @@ wait in the exit is a trio path: asyncio's task group waits as before).
 
 from __future__ import annotations
 
+import asyncio
 from contextvars import ContextVar
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 import trio
 from backend_support import own_tasks, virtual_time, waiting_branch
 
-from futoin_anyio import AsyncSteps, Errors, FutoInError
+from futoin_anyio import AsyncSteps, Errors, FutoInError, _alarm
 from futoin_anyio._alarm import TASK_NAME as ALARM_TASK
 
 pytestmark = pytest.mark.anyio
@@ -137,6 +138,105 @@ async def test_timeout_while_the_branches_run() -> None:
     assert log.index("a cleanup") < log.index("a cancel")
     assert log.index("b cleanup") < log.index("b cancel")
     assert log[4:] == [f"error {Errors.Timeout}"]
+
+
+def _alarms_armed(anyio_backend_name: str) -> int:
+    """Alarms armed and neither fired nor disarmed: trio's sleeper counts them; asyncio's are
+    timer handles of the loop (its own, not cancelled)."""
+    if anyio_backend_name == "trio":
+        sleeper = _alarm._last
+        return 0 if sleeper is None else sleeper.live
+    loop: Any = asyncio.get_running_loop()
+    return sum(not handle.cancelled() for handle in loop._scheduled)
+
+
+async def test_timeout_after_the_inline_branch_ended(anyio_backend_name: str) -> None:
+    """The branch the caller's task awaited ends at once, the other waits past the flow's
+    timeout: the timeout comes due while the caller waits for that branch (in its group's exit
+    on trio), on time, with its reason, and no alarm is left armed."""
+    log: list[str] = []
+
+    async def quick(asi: AsyncSteps) -> None:
+        log.append("quick")
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.set_timeout(50)
+        asi.parallel().add(quick).add(waiting_branch("slow", log))
+
+    def handler(asi: AsyncSteps, code: str) -> None:
+        log.append(f"error {code}: {asi.state.error_info}")
+        asi.success("recovered")
+
+    root = AsyncSteps()
+    root.add(outer, handler)
+    start = anyio.current_time()
+    assert await root.promise() == "recovered"
+    assert anyio.current_time() - start == pytest.approx(0.05, abs=0.01)
+    assert log == ["quick", "slow cleanup", "slow cancel",
+                   f"error {Errors.Timeout}: set_timeout(50 ms) of step "
+                   "test_timeout_after_the_inline_branch_ended.<locals>.outer"]
+    assert _alarms_armed(anyio_backend_name) == 0
+
+
+async def test_other_branch_ends_before_the_timeout_after_the_inline_one(
+        anyio_backend_name: str) -> None:
+    """As above, but the other branch ends before the timeout: the root completes then, the
+    timeout never fires (not even later), and no alarm is left armed."""
+    log: list[str] = []
+
+    async def quick(asi: AsyncSteps) -> None:
+        log.append("quick")
+
+    async def slower(asi: AsyncSteps) -> None:
+        await anyio.sleep(0.02)
+        log.append("slower")
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.set_timeout(50)
+        asi.parallel().add(quick).add(slower)
+
+    root = AsyncSteps()
+    root.add(outer, lambda asi, code: log.append(f"error {code}"))
+    root.add(lambda asi: asi.success("done"))
+    start = anyio.current_time()
+    assert await root.promise() == "done"
+    assert anyio.current_time() - start == pytest.approx(0.02, abs=0.005)
+    assert _alarms_armed(anyio_backend_name) == 0
+    await anyio.sleep(0.1)  # past the deadline: nothing fires
+    assert log == ["quick", "slower"]
+
+
+async def test_no_alarm_is_left_by_an_inline_step_under_a_timeout(
+        anyio_backend_name: str) -> None:
+    """A root whose timed step's coroutine was awaited inline and that then ends without waiting
+    (its alarm is left for a wait that does not come), or is left by the caller's cancellation:
+    no alarm outlives the ``promise()``."""
+    async def quick(asi: AsyncSteps) -> str:
+        await anyio.lowlevel.checkpoint()
+        return "quick"
+
+    def timed(asi: AsyncSteps) -> None:
+        asi.set_timeout(50)
+        asi.add(quick)
+
+    root = AsyncSteps()
+    root.add(timed)
+    assert await root.promise() == "quick"
+    assert _alarms_armed(anyio_backend_name) == 0
+
+    async def forever(asi: AsyncSteps) -> None:
+        await anyio.sleep_forever()
+
+    def timed_forever(asi: AsyncSteps) -> None:
+        asi.set_timeout(50)
+        asi.add(forever)
+
+    root = AsyncSteps()
+    root.add(timed_forever)
+    with anyio.move_on_after(0.01) as scope:
+        await root.promise()
+    assert scope.cancelled_caught
+    assert _alarms_armed(anyio_backend_name) == 0
 
 
 async def test_outer_cancellation_with_slow_cleanups_and_a_due_timeout() -> None:
