@@ -23,7 +23,7 @@ cdef class _Driver:
     cdef public Alarm _exit_alarm, _inline_alarm, _spare_alarm
     cdef public object _inline, _inline_ctx, _inline_flow, _inline_next
     cdef public object _inline_scope, _instruments, _joins
-    cdef public object _library, _main
+    cdef public object _library, _main, _own_ctx
     cdef public object _pending_coros, _raw_idle, _raw_tasks, _ready, _roots, _sleep_scope
     cdef public object _tasks_idle, _tg, _thread, _threadsafe, _timers
     cdef public bint _closing, _exit_server, _exited, _helper, _need_tg, _public, _slept

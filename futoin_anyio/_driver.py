@@ -244,6 +244,8 @@ class _Driver:
         "_library",
         "_main",
         "_need_tg",
+        # The context of the task that awaits promise(), once read (_task_context).
+        "_own_ctx",
         "_pending",
         "_pending_coros",
         "_public",
@@ -276,6 +278,7 @@ class _Driver:
         # What the driver sleeps on, while it sleeps: the task it parked (trio), the future it
         # awaits (asyncio), or a cancel scope with the nearest timer as its deadline.
         self._sleep_scope: Any = None
+        self._own_ctx: Context | None = None
         self._thread: int | None = None
         # The running asyncio loop, or trio's token: both offer a non-blocking hand-off to the
         # loop's thread from any thread. Kept as is (no bound method per driver).
@@ -865,11 +868,17 @@ class _Driver:
         self._wake()
 
     def _task_context(self) -> Context:
-        """The running task's own context (not a copy): trio's, or asyncio's (Python 3.12)."""
-        if self._library == "asyncio":
-            task: Any = _asyncio_current_task(self._threadsafe)
-            return task.get_context()  # type: ignore[no-any-return]
-        return _trio_lowlevel.current_task().context  # type: ignore[no-any-return]
+        """The own context (not a copy) of the task that awaits this ``promise()``, the running
+        one: trio's, or asyncio's (Python 3.12). Read once per driver (a driver serves one
+        ``promise()`` call, in one task)."""
+        context = self._own_ctx
+        if context is None:
+            if self._library == "asyncio":
+                task: Any = _asyncio_current_task(self._threadsafe)
+                context = self._own_ctx = task.get_context()
+            else:
+                context = self._own_ctx = _trio_lowlevel.current_task().context
+        return context
 
     def _inline_due(self) -> None:
         """The alarm of the inline run: fire the due ``set_timeout()`` of the awaited step's
