@@ -617,7 +617,8 @@ class _Driver:
         The task parks itself as in :meth:`_loop`, with a timer of the event loop's for the
         deadline: on asyncio a ``call_at()`` that completes the future, on trio an alarm (see
         :mod:`._alarm`) that wakes the task (no cancel scope around the wait: a trio scope with
-        a deadline, entered and left, costs several times an alarm armed and disarmed)."""
+        a deadline, entered and left, costs several times an alarm armed and disarmed); on
+        either, the alarm an inline run just left for the same deadline (``_take_spare``)."""
         deadline = self._next_deadline()
         # The alarm the inline run just left for this deadline, if any, wakes the task instead.
         alarm = None if self._spare_alarm is None else self._take_spare(deadline, self._wake)
