@@ -645,7 +645,8 @@ class AsyncSteps(_Frame):
                 if driver._spare_alarm is not None:  # left by an inline run, unused
                     driver._drop_spare()
         except BaseException as exc:
-            driver._drop_spare()
+            if driver._spare_alarm is not None:
+                driver._drop_spare()
             if driver._raw_tasks:  # their coroutines end first, as a task group's would
                 await driver._join_raw_tasks(cancel=True)
             flow.abort()
