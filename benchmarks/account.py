@@ -43,7 +43,7 @@ import importlib.util
 import json
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +137,12 @@ class _Memory:
         return (value_a(rid) if self.name == "a" else value_b(rid, attempt)), None
 
 
-async def _account(impl: str, backend: str, n: int, path: str = "ok") -> dict[str, Any]:
+def front_in_memory(impl: str, backend: str,
+                    path: str = "ok") -> tuple[Callable[[int], Awaitable[None]], Any]:
+    """The gateway front's request code of ``impl`` on ``backend``, its backends in memory:
+    ``(requests, scope_class)``, where ``await requests(count)`` runs ``count`` more requests
+    of ``path`` one after the other and checks each outcome, and ``scope_class`` is the cancel
+    scope class whose entries count as scopes. Called in the event loop."""
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     front = Front(impl, backend)
@@ -169,6 +174,18 @@ async def _account(impl: str, backend: str, n: int, path: str = "ok") -> dict[st
             elif outcome != "rejected" and rid > 1:
                 raise AssertionError(f"request {rid}: {outcome}, not rejected")
 
+    return requests, scope_class
+
+
+async def run_requests(impl: str, backend: str, n: int, path: str = "ok") -> None:
+    """A warm-up, then ``n`` requests of ``path`` through the front of ``impl`` (for
+    ``benchmarks.instructions``, which counts a process running this)."""
+    requests, _ = front_in_memory(impl, backend, path)
+    await requests(WARMUP + n)
+
+
+async def _account(impl: str, backend: str, n: int, path: str = "ok") -> dict[str, Any]:
+    requests, scope_class = front_in_memory(impl, backend, path)
     await requests(WARMUP)
     gc.collect()
     gc.disable()

@@ -1,4 +1,4 @@
-"""Instructions per item of the FTN12 and native scenarios, counted by callgrind.
+"""Instructions per item of the FTN12, native and gateway scenarios, counted by callgrind.
 
 Wall time on a shared machine moves by several per cent from run to run; instruction counts of
 the same program do not. Each scenario runs twice under ``valgrind --tool=callgrind``, at a
@@ -18,6 +18,12 @@ trees that allocate alike can differ by a collection. ``--gc-at-end`` turns the 
 collections off and makes one full collection at the end of each run: what items leave for the
 collector is still paid for, in proportion, without the timing of generational collections.
 Compare like with like (both figures with it, or both without).
+
+The gateway scenarios count one request of ``benchmarks.gateway``'s front (``gateway_ok``, and
+``gateway_rejected``: every request refused by the admission), run in process with its
+backends in memory (``benchmarks.account``); ``--side plain`` counts the plain twin. On trio
+they run in virtual time (``MockClock``) with trio's random order of each batch of ready tasks
+seeded: otherwise the same build's count moves by about 1 % between runs.
 
 Needs ``valgrind`` (Debian package). A run of everything takes a few minutes.
 """
@@ -48,7 +54,11 @@ PLAN: dict[str, tuple[str, int, int]] = {
     "async_tasks": ("native", 300, 3_300),
     "tasks": ("native", 500, 5_500),
     "mutex_tasks": ("native", 300, 3_300),
+    "gateway_ok": ("gateway", 500, 1_500),
+    "gateway_rejected": ("gateway", 1_000, 3_000),
 }
+#: The sides a gateway scenario has (``benchmarks.account``'s in-memory front).
+GATEWAY_SIDES = ("ours", "plain")
 
 _CHILD = """
 import sys, anyio, gc
@@ -57,6 +67,22 @@ if sys.argv[5] == "1":
 from benchmarks._worker import scenarios_of
 from benchmarks import _native
 name, side, backend, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+if name.startswith("gateway_"):
+    from benchmarks.account import run_requests
+    options = {}
+    if backend == "trio":
+        import trio.testing
+        import trio._core._run
+        # Virtual time: the timeout alarms' task wakes at stale deadlines as often as the
+        # run's real time allows, which callgrind's slowness would set. And one order of every
+        # batch of ready tasks: trio reverses a batch at random (its module's own Random, which
+        # trio's Hypothesis plugin seeds the same way for reproducible tests).
+        options = {"clock": trio.testing.MockClock()}
+        trio._core._run._r.seed(0)
+    impl = "futoin" if side == "ours" else side
+    anyio.run(run_requests, impl, backend, n, name[len("gateway_"):], backend=backend,
+              backend_options=options)
+    sys.exit(0)
 if name in _native.SIDES:
     func = _native.SIDES[name][side]
 else:
@@ -112,12 +138,15 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = f"{value / old:.3f}" if old else "n/a"
                 print(f"| {name} | {backend} | {old or 'n/a'} | {value:.0f} | {ratio} |")
         return 0
-    if shutil.which("valgrind") is None:
-        parser.error("valgrind is not installed (apt-get install valgrind)")
     names = args.only.split(",") if args.only else list(PLAN)
     unknown = [n for n in names if n not in PLAN]
     if unknown:
         parser.error(f"unknown scenarios: {', '.join(unknown)}")
+    if args.side not in GATEWAY_SIDES and any(PLAN[n][0] == "gateway" for n in names):
+        parser.error(f"--side {args.side}: the gateway scenarios have the sides "
+                     f"{', '.join(GATEWAY_SIDES)}")
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not installed (apt-get install valgrind)")
     backends = [args.backend] if args.backend else ["asyncio", "trio"]
     engine = subprocess.run(
         [sys.executable, "-c", "import futoin_anyio; print(futoin_anyio.COMPILED)"],
@@ -129,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         for backend in backends:
             value = per_item(name, args.side, backend, args.gc_at_end)
             result.setdefault(name, {})[backend] = round(value)
-            print(f"{name:12} {backend:8} {value:12,.0f} instructions/item", flush=True)
+            print(f"{name:16} {backend:8} {value:12,.0f} instructions/item", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     return 0

@@ -9,9 +9,10 @@ from __future__ import annotations
 import itertools
 import sys
 
+import anyio
 import pytest
 
-from benchmarks import account
+from benchmarks import account, instructions
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
@@ -62,3 +63,24 @@ def test_the_object_counter_counts_objects_created() -> None:
     created = lib.tracer_stop()
     assert len(made) == 1000
     assert 1000 <= created < 1100
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("path", ["ok", "rejected"])
+def test_run_requests_checks_each_outcome(backend: str, path: str,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    # What benchmarks.instructions' gateway scenarios run: both sides, each outcome checked.
+    for impl in ("plain", "futoin"):
+        anyio.run(account.run_requests, impl, backend, 5, path, backend=backend)
+    if path == "ok":  # a reply that is not the expected one stops the run
+        monkeypatch.setattr(account, "expected_value", lambda rid, kind: -1)
+        with pytest.raises(AssertionError, match="request 1: ok"):
+            anyio.run(account.run_requests, "futoin", backend, 5, path, backend=backend)
+
+
+def test_gateway_instructions_refuse_a_side_they_do_not_have(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        instructions.main(["--only", "gateway_ok", "--side", "plain_scope"])
+    assert "--side plain_scope: the gateway scenarios have the sides ours, plain" \
+        in capsys.readouterr().err
