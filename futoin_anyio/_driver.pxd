@@ -35,6 +35,9 @@ cdef class _Driver:
     cpdef _tick(self)
     cpdef _fire_timers(self)
     cpdef bint _work_due(self) except -1
+    cpdef Alarm _claim_alarm(self, deadline, due)
+    cpdef Alarm _new_alarm(self, deadline, due)
+    cpdef Alarm _take_spare(self, deadline, due)
 
 
 @cython.locals(tool=_Driver)

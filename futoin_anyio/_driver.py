@@ -639,8 +639,8 @@ class _Driver:
         else:
             # A late alarm (the task was woken otherwise, and not yet disarmed) finds nobody
             # parked: _wake() then does nothing (no inline run here, or this is the helper).
-            if alarm is None and deadline != math.inf:
-                alarm = arm_alarm("trio", self._threadsafe, deadline, self._wake)
+            if alarm is None:
+                alarm = self._new_alarm(deadline, self._wake)
             self._sleep_scope = _trio_lowlevel.current_task()
             try:
                 await _trio_lowlevel.wait_task_rescheduled(self._abort_park)
@@ -838,10 +838,21 @@ class _Driver:
             if alarm.when == deadline:
                 return
             alarm.disarm()
-        alarm = None if self._spare_alarm is None \
-            else self._take_spare(deadline, self._inline_due)
-        self._inline_alarm = alarm if alarm is not None or deadline == math.inf else arm_alarm(
-            self._library, self._threadsafe, deadline, self._inline_due)
+        self._inline_alarm = self._claim_alarm(deadline, self._inline_due)
+
+    def _claim_alarm(self, deadline: float, due: Callable[[], object]) -> Alarm | None:
+        """An alarm calling ``due()`` at ``deadline`` (none for ``math.inf``): the one an inline
+        run left, if it goes off then (``_take_spare``), else a new one."""
+        if self._spare_alarm is not None:
+            alarm = self._take_spare(deadline, due)
+            if alarm is not None:
+                return alarm
+        return self._new_alarm(deadline, due)
+
+    def _new_alarm(self, deadline: float, due: Callable[[], object]) -> Alarm | None:
+        if deadline == math.inf:
+            return None
+        return arm_alarm(self._library, self._threadsafe, deadline, due)
 
     def _take_spare(self, deadline: float, due: Callable[[], object]) -> Alarm | None:
         """The alarm an inline run left (``_spare_alarm``), now calling ``due()``, if it goes
@@ -849,7 +860,7 @@ class _Driver:
         alarm = self._spare_alarm
         assert alarm is not None
         self._spare_alarm = None
-        if alarm.when == deadline and alarm.due is not None:
+        if alarm.when == deadline:
             alarm.due = due
             return alarm
         alarm.disarm()
@@ -863,10 +874,10 @@ class _Driver:
             alarm.disarm()
 
     def _spare_due(self) -> None:
-        """The alarm an inline run left went off before a wait took it over: as any wake-up
-        (the driver, running, finds the due timer at its next wait)."""
+        """The alarm an inline run left went off before a wait took it over: it is forgotten
+        (a spare is live while it is ``_spare_alarm``). As when the run disarmed its alarm, the
+        driver's next wait finds the timer due."""
         self._spare_alarm = None
-        self._wake()
 
     def _task_context(self) -> Context:
         """The own context (not a copy) of the task that awaits this ``promise()``, the running
@@ -1151,9 +1162,7 @@ class _Driver:
             if alarm.when == deadline and alarm.due is not None:
                 return
             alarm.disarm()
-        alarm = None if self._spare_alarm is None else self._take_spare(deadline, self._wake)
-        self._exit_alarm = alarm if alarm is not None or deadline == math.inf else arm_alarm(
-            "trio", self._threadsafe, deadline, self._wake)
+        self._exit_alarm = self._claim_alarm(deadline, self._wake)
 
     async def _serve_exit(self) -> None:
         """Serve the driver's work (ready flows, callbacks, due timers) from a task of its
