@@ -3,7 +3,7 @@ cimport cython
 
 from futoin_anyio._alarm cimport Alarm, arm as arm_alarm
 from futoin_anyio._flow cimport _coroutine_done, _Flow, _flow_deadline, _start_root
-from futoin_anyio._frame cimport _Frame
+from futoin_anyio._frame cimport _Frame, _Switches
 
 
 cdef class _Driver  # declared below: a Handle's tool
@@ -65,3 +65,6 @@ cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
 cdef object _running_asyncio_loop, _sniffio, anyio, cancel_scope, checkpoint
 cdef object copy_context, create_task_group, deque, get_cancelled_exc_class, get_ident
 cdef object heapify, heappop, heappush, logger, logging, math, scope_class, sys
+
+# The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
+cdef _Switches SWITCHES

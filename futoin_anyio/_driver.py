@@ -56,7 +56,7 @@ from ._flow import (
     _start_root,
     scope_class,
 )
-from ._frame import CANCELLING, COMPILED, CORO, MODEL, ROOT, _Frame
+from ._frame import CANCELLING, COMPILED, CORO, MODEL, ROOT, SWITCHES, _Frame
 from ._reasons import cancel_scope
 
 _sniffio: Any
@@ -136,7 +136,7 @@ def _execute(root: AsyncSteps, unhandled_error: Callable[[str], object] | None =
     if ready is _EMPTY:
         ready = tool._ready = deque()
     ready.append(root)
-    if _ins.ACTIVE:
+    if SWITCHES.active:
         _ins.started(root, tool, False)
     if tool._sleep_scope is not None or tool._inline is not None:
         tool._wake()

@@ -1,7 +1,7 @@
 # The compiled build's declarations for _flow.py: see _frame.pxd.
 cimport cython
 
-from futoin_anyio._frame cimport _end_ext, _Ext, _Frame, _own_ext
+from futoin_anyio._frame cimport _end_ext, _Ext, _Frame, _own_ext, _Switches
 from futoin_anyio._loops cimport _LoopRun
 
 
@@ -53,3 +53,6 @@ cdef object TYPE_CHECKING
 cdef object WAIT, _NO_ARGS, _ins, _new, _run_cleanups, _scope_classes, cancel_scope, cast
 cdef object flow_reason, get_cancelled_exc_class, logger, logging, math, partial, sys
 cdef object timeout_info
+
+# The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
+cdef _Switches SWITCHES

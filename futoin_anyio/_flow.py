@@ -49,6 +49,7 @@ from ._frame import (
     HANDLER,
     ROOT,
     SUBSTEPS,
+    SWITCHES,
     WAIT,
     _end_ext,
     _new,
@@ -149,7 +150,7 @@ def _on_timeout(frame: AsyncSteps, timeout_ms: float = math.nan) -> None:
     state = frame.state
     state["error_info"] = info
     state["last_exception"] = exc
-    if _ins.ACTIVE:
+    if SWITCHES.active:
         _ins.timed_out(flow, info)
     flow.throw(Errors.Timeout, info)
 
@@ -412,7 +413,7 @@ class _Flow:
         if fresh and code != Errors.LoopBreak and code != Errors.LoopCont:
             state["async_stack"] = (
                 [f._func for f in stack[1:]] if self.par is None else _step_path(self))
-            if _ins.ACTIVE:
+            if SWITCHES.active:
                 _ins.failed(self, stack[-1], code, state.get("error_info"))
         while len(stack) > 1:
             top = stack[-1]
@@ -708,7 +709,7 @@ def _start_root(root: AsyncSteps, budget: int) -> int:
     tool = root._tool
     assert tool is not None
     # What instruments and the flow dump need is kept only while asked for (see _traced).
-    if not _ins.HOOKED:
+    if not SWITCHES.hooked:
         flow = _Flow(tool, root, [root], None)
     else:
         from ._traced import hooked_flow

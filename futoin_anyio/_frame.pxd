@@ -10,6 +10,11 @@ cdef class _Ext:
     cdef public bint waiting
 
 
+@cython.final
+cdef class _Switches:
+    cdef public bint active, hooked, times
+
+
 cdef class _Frame:
     cdef public object _binary, _flow, _func, _onerror, _started, _state, _status, _tool
     cdef public object _unhandled

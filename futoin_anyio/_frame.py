@@ -58,6 +58,24 @@ _new: Callable[[type[_T]], _T] = (
 _NO_ARGS: tuple[Any, ...] = ()
 
 
+class _Switches:
+    """What the engine tests at its hooks, set by ``_instrument`` (one object, read by every
+    engine module: in the compiled build each test reads a C field, not a module attribute)."""
+
+    __slots__ = ("active", "hooked", "times")
+
+    def __init__(self) -> None:
+        #: Some instrument is registered, globally or on a tool.
+        self.active = False
+        #: The flow dump asked for times (``dump.record_times()``).
+        self.times = False
+        #: ``active or times``: the one test a root's start makes.
+        self.hooked = False
+
+
+SWITCHES: Final = _Switches()
+
+
 class _Frame:
     """The data of a step object: :class:`~futoin_anyio.AsyncSteps` (``_steps``) is its one
     subclass here, and adds the API. It is a frame of its flow's stack (see ``_flow``).

@@ -6,8 +6,8 @@ a ``set_timeout()`` expires, and when a flow waits for, enters or leaves a sync 
 Register one for every root of the process (:func:`add_instrument`) or for the roots
 executed in one :class:`~futoin_anyio.AsyncTool` (``add_instrument(inst, tool=tool)``).
 
-With none registered, the engine tests one module attribute at each of these points and calls
-nothing. An instrument that raises is logged and removed, as trio does.
+With none registered, the engine tests one switch (``_frame.SWITCHES.active``) at each of these
+points and calls nothing. An instrument that raises is logged and removed, as trio does.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from ._frame import SWITCHES
 from ._reasons import step_name
 
 if TYPE_CHECKING:
@@ -26,13 +27,11 @@ __all__ = ("Instrument", "add_instrument", "remove_instrument")
 
 logger = logging.getLogger("futoin_anyio")
 
-#: True while any instrument is registered, globally or on a tool: the one test the engine makes.
-ACTIVE = False
-#: True once the flow dump asked for times (``dump.record_times()``): a root then notes when it
-#: starts, and a queued sync entry when it began to wait (a clock read each), for its ages.
-TIMES = False
-#: ``ACTIVE or TIMES``: the one test a root's start makes.
-HOOKED = False
+# The engine's tests (``_frame.SWITCHES``), set here: ``active`` while any instrument is
+# registered, globally or on a tool (the one test the engine makes); ``times`` once the flow dump
+# asked for times (``dump.record_times()``: a root then notes when it starts, and a queued sync
+# entry when it began to wait, a clock read each, for its ages); ``hooked``, ``active or times``,
+# the one test a root's start makes.
 _global: list[Instrument] = []
 _tools = 0  # tools with instruments of their own
 
@@ -109,7 +108,7 @@ def add_instrument(instrument: Instrument, tool: Any = None) -> None:
 
     Any thread (a registration is one list append). Adding it twice is a no-op.
     """
-    global ACTIVE, HOOKED, _tools
+    global _tools
     _check(instrument)
     _broken[:] = [b for b in _broken if b is not instrument]  # registered anew: called again
     if tool is None:
@@ -125,12 +124,12 @@ def add_instrument(instrument: Instrument, tool: Any = None) -> None:
             _tools += 1
         if instrument not in mine:
             mine.append(instrument)
-    ACTIVE = HOOKED = True
+    SWITCHES.active = SWITCHES.hooked = True
 
 
 def remove_instrument(instrument: Instrument, tool: Any = None) -> None:
     """Unregister ``instrument`` (globally, or from ``tool``); a no-op if it is not there."""
-    global ACTIVE, HOOKED, _tools
+    global _tools
     if tool is None:
         if instrument in _global:
             _global.remove(instrument)
@@ -141,15 +140,14 @@ def remove_instrument(instrument: Instrument, tool: Any = None) -> None:
             if not mine:
                 tool._instruments = None
                 _tools -= 1
-    ACTIVE = bool(_global) or _tools > 0
-    HOOKED = ACTIVE or TIMES
+    SWITCHES.active = bool(_global) or _tools > 0
+    SWITCHES.hooked = SWITCHES.active or SWITCHES.times
 
 
 def record_times(on: bool) -> None:
-    """Turn the notes of :data:`TIMES` on or off (``dump.record_times()``)."""
-    global TIMES, HOOKED
-    TIMES = bool(on)
-    HOOKED = ACTIVE or TIMES
+    """Turn the notes of ``SWITCHES.times`` on or off (``dump.record_times()``)."""
+    SWITCHES.times = bool(on)
+    SWITCHES.hooked = SWITCHES.active or SWITCHES.times
 
 
 def _call(driver: _Driver | None, method: str, *args: Any) -> None:
@@ -201,7 +199,7 @@ def call_tracers(tracers: tuple[Instrument, ...], method: str, root: AsyncSteps)
 _broken: list[Instrument] = []
 
 
-# -- the engine's calls (only when ACTIVE) -----------------------------------------------------
+# -- the engine's calls (only when SWITCHES.active) ---------------------------------------------
 
 
 def root_name(root: AsyncSteps) -> str:

@@ -1,6 +1,7 @@
 # The compiled build's declarations for _mutex.py: see _frame.pxd.
 cimport cython
 
+from futoin_anyio._frame cimport _Switches
 from futoin_anyio._hooks cimport flow_key, go_on_with, on_exit
 
 
@@ -28,3 +29,6 @@ cdef object DONE, Event, HELD, NEW, QUEUED, WaitQueue, _Flow, _ins, cancel_shiel
 cdef object check_count, check_name, check_queue, check_section, checkpoint_if_cancelled
 cdef object dataclass, enter_thread, final, get_ident, lazy_binary, monotonic, state_name
 cdef object task_key
+
+# The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
+cdef _Switches SWITCHES

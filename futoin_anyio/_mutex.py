@@ -14,6 +14,7 @@ from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 from . import _instrument as _ins
 from ._final import refuse_subclasses
 from ._flow import _Flow
+from ._frame import SWITCHES
 from ._hooks import flow_key, go_on_with, on_exit
 from ._steps import AsyncSteps
 from ._sync_common import (
@@ -93,7 +94,7 @@ class _Entry:
                     raise func.throttle._queue.rejection()  # type: ignore[union-attr]
             entry.state = HELD
             on_exit(asi, _Entry.leave, entry)
-            if _ins.ACTIVE:
+            if SWITCHES.active:
                 _ins.sync(asi._flow, "sync_entered", mutex._label)
             if in_entry:
                 func._go_on(asi, entered, args)  # type: ignore[union-attr]
@@ -113,10 +114,10 @@ class _Entry:
         entry.state = QUEUED
         queue.append(entry)
         asi.wait_external()
-        if _ins.HOOKED:  # only for the flow dump and instruments (one test when neither is on)
-            if _ins.TIMES:  # (AnyIO's current_time() would cost a backend lookup)
+        if SWITCHES.hooked:  # only for the flow dump and instruments (one test when neither is on)
+            if SWITCHES.times:  # (AnyIO's current_time() would cost a backend lookup)
                 entry.since = monotonic()
-            if _ins.ACTIVE:
+            if SWITCHES.active:
                 _ins.sync(asi._flow, "sync_waiting", mutex._label)
 
     def leave(self) -> None:
@@ -128,7 +129,7 @@ class _Entry:
             self.mutex._queue.discard(self)
         elif state is HELD:
             self.mutex._release(self.key)
-            if _ins.ACTIVE and isinstance(self.key, _Flow):
+            if SWITCHES.active and isinstance(self.key, _Flow):
                 _ins.sync(self.key, "sync_left", self.mutex._label)
 
     def __repr__(self) -> str:
@@ -308,7 +309,7 @@ class Mutex:
                 if not go_on_with(asi, waiter.item, args):
                     waiter.state = DONE  # no longer waiting: about to be unwound or cancelled
                     continue
-                if _ins.ACTIVE:
+                if SWITCHES.active:
                     _ins.sync(asi._flow, "sync_entered", self._label)
             else:
                 waiter.event.set()

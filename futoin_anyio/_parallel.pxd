@@ -2,7 +2,7 @@
 cimport cython
 
 from futoin_anyio._flow cimport _Flow, _new_frame
-from futoin_anyio._frame cimport _end_ext, _Frame
+from futoin_anyio._frame cimport _end_ext, _Frame, _Switches
 
 
 @cython.final
@@ -26,3 +26,6 @@ cdef class _ParallelRun:
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
 cdef object DONE, FAILING, SUBSTEPS, TYPE_CHECKING, _Ext, _NO_ARGS, _halt, _ins, _internal
 cdef object _stop_coroutines, _unwinding, _wrong_thread, deque, get_ident, partial, threading
+
+# The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
+cdef _Switches SWITCHES

@@ -17,6 +17,7 @@ from ._frame import (
     DONE,
     FAILING,
     SUBSTEPS,
+    SWITCHES,
     _end_ext,
     _Ext,
     _internal,
@@ -172,7 +173,7 @@ class _ParallelRun:
         if self.over:
             return False
         self.over = True
-        if _ins.ACTIVE:
+        if SWITCHES.active:
             _ins.cancelled(self.frame._flow, reason)  # type: ignore[arg-type]
         halted: list[_Flow] = []
         driver = self.frame._flow.driver  # type: ignore[union-attr]

@@ -2,7 +2,7 @@
 cimport cython
 
 from futoin_anyio._flow cimport _Flow, _flow_deadline
-from futoin_anyio._frame cimport _end_ext, _Ext, _Frame, _own_ext
+from futoin_anyio._frame cimport _end_ext, _Ext, _Frame, _own_ext, _Switches
 
 
 # Its slots are _Frame's. Not final: users subclass it.
@@ -20,3 +20,6 @@ cdef object _YIELD_EVERY, _binary, _check_ms, _first_runs, _ins, _internal, _liv
 cdef object _live_discard, _runner, _weakref, _wrong_thread, fresh_state, get_ident
 cdef object getcoroutinestate, hooked_flow, isawaitable, iscoroutine, logger, logging, state_from
 cdef object sys
+
+# The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
+cdef _Switches SWITCHES

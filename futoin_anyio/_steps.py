@@ -36,6 +36,7 @@ from ._frame import (
     MODEL,
     ROOT,
     SUBSTEPS,
+    SWITCHES,
     WAIT,
     _end_ext,
     _Ext,
@@ -652,7 +653,7 @@ class AsyncSteps(_Frame):
             flow.abort()
             driver._cancel_all()
             driver._main = None
-            if _ins.ACTIVE:
+            if SWITCHES.active:
                 _ins.cancelled(flow, f"promise() is left by {type(exc).__name__}")
                 _ins.ended(self, driver, Errors.Cancelled)
             raise
@@ -681,7 +682,7 @@ class AsyncSteps(_Frame):
                     await sys.modules["trio"].lowlevel.cancel_shielded_checkpoint()
                 else:
                     await _cancel_shielded_checkpoint()
-        if _ins.ACTIVE:
+        if SWITCHES.active:
             _ins.ended(self, driver, flow.result_code)
         return flow.outcome()
 
@@ -706,12 +707,12 @@ class AsyncSteps(_Frame):
             if not tool._exited:
                 tool._from_thread(self.cancel, reason)
             return
-        if _ins.ACTIVE and flow is not None and not flow.finished:
+        if SWITCHES.active and flow is not None and not flow.finished:
             _ins.cancelled(flow, "root.cancel()" if reason is None else reason)
         if flow is None:
             if self._status is ROOT and self._tool is not None:  # executed, not started yet
                 self._tool._roots.discard(self)
-                if _ins.ACTIVE:
+                if SWITCHES.active:
                     _ins.ended(self, self._tool, Errors.Cancelled)
             self._status = DONE  # nothing ran: nothing to cancel, and it will not run
             return
@@ -752,11 +753,11 @@ class AsyncSteps(_Frame):
             _internal(f"{what}: this root was already started")
 
     def _start(self, driver: AsyncTool) -> _Flow:
-        if not _ins.HOOKED:
+        if not SWITCHES.hooked:
             flow = _Flow(driver, self, [self], None)
         else:  # what instruments and the flow dump need is kept only while asked for
             flow = hooked_flow(driver, self, False)
-            if _ins.ACTIVE:  # in the caller's context, before anything of the root runs
+            if SWITCHES.active:  # in the caller's context, before anything of the root runs
                 _ins.started(self, driver, True)
         if self._queue:
             self._queue.reverse()

@@ -13,6 +13,7 @@ from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from . import _instrument as _ins
 from ._driver import Handle
+from ._frame import SWITCHES
 from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
@@ -84,10 +85,10 @@ class _Waiter:
         self.args = args
         self.state = QUEUED
         queue.append(self)
-        if _ins.HOOKED:  # only for the flow dump and instruments (one test when neither is on)
-            if _ins.TIMES:  # (AnyIO's current_time() would cost a backend lookup)
+        if SWITCHES.hooked:  # only for the flow dump and instruments (one test when neither is on)
+            if SWITCHES.times:  # (AnyIO's current_time() would cost a backend lookup)
                 self.since = monotonic()
-            if _ins.ACTIVE:
+            if SWITCHES.active:
                 _ins.sync(asi._flow, "sync_waiting", throttle._label)
         asi.set_cancel(self.abandon)
         asi.wait_external()

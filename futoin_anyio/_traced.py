@@ -1,5 +1,5 @@
 """Flows of the roots that started while instruments were registered or the flow dump was timing
-(``_instrument.HOOKED``): what they pay for, and only they.
+(``SWITCHES.hooked``): what they pay for, and only they.
 
 A plain :class:`~._flow._Flow` carries nothing for instruments or the dump: the choice is the
 flow's class, made once when its root starts (parallel branches take the class of the flow they
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from . import _instrument as _ins
 from ._flow import _Flow
+from ._frame import SWITCHES
 
 if TYPE_CHECKING:
     from ._instrument import Instrument
@@ -51,7 +52,7 @@ class _HookedFlow(_Flow):
     def _root_done(self) -> None:
         self.first = None
         _Flow._root_done(self)
-        if self.executed and _ins.ACTIVE:  # a promise() root's end is told by promise()
+        if self.executed and SWITCHES.active:  # a promise() root's end is told by promise()
             _ins.ended(self.root, self.driver, self.result_code)
 
 
@@ -112,10 +113,10 @@ class _TracedFlow(_HookedFlow):
 
 
 def hooked_flow(driver: AsyncTool, root: AsyncSteps, executed: bool) -> _HookedFlow:
-    """The flow of a root starting while ``_instrument.HOOKED``: traced if it is ``executed``
+    """The flow of a root starting while ``SWITCHES.hooked``: traced if it is ``executed``
     and some instrument (registered now, globally or on the tool) overrides the run hooks;
     timed if the dump asked. Its queue is not reversed yet."""
-    tracers = _ins.run_tracers(driver) if executed and _ins.ACTIVE else ()
+    tracers = _ins.run_tracers(driver) if executed and SWITCHES.active else ()
     flow: _HookedFlow
     if tracers:
         flow = _TracedFlow(driver, root, [root], None)
@@ -124,6 +125,6 @@ def hooked_flow(driver: AsyncTool, root: AsyncSteps, executed: bool) -> _HookedF
         flow = _HookedFlow(driver, root, [root], None)
     queue = root._queue
     flow.first = queue[0] if queue else None
-    if _ins.TIMES:
+    if SWITCHES.times:
         flow.since = monotonic()  # for the flow dump: the root's age
     return flow

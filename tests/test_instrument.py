@@ -19,7 +19,7 @@ from futoin_anyio import (
     add_instrument,
     remove_instrument,
 )
-from futoin_anyio import _instrument as engine_side
+from futoin_anyio._frame import SWITCHES
 from futoin_anyio.testing import BACKENDS, backend
 
 pytestmark = pytest.mark.anyio
@@ -65,11 +65,11 @@ def recorder() -> Iterator[Recorder]:
     add_instrument(rec)
     yield rec
     remove_instrument(rec)
-    assert not engine_side.ACTIVE
+    assert not SWITCHES.active
 
 
 async def test_nothing_is_called_without_instruments() -> None:
-    assert not engine_side.ACTIVE
+    assert not SWITCHES.active
     root = AsyncSteps()
     root.add(lambda asi: asi.success(1))
     assert await root.promise() == 1
@@ -183,7 +183,7 @@ async def test_per_tool_instruments_and_a_failing_instrument(
     async with AsyncTool() as tool:
         add_instrument(rec, tool=tool)
         add_instrument(broken, tool=tool)
-        assert engine_side.ACTIVE
+        assert SWITCHES.active
         root = AsyncSteps(tool=tool)
         root.add(lambda asi: None)
         root.execute()
@@ -193,7 +193,7 @@ async def test_per_tool_instruments_and_a_failing_instrument(
     assert rec.events == [("started", "<lambda>", False), ("ended", None)]
     assert "instrument" in caplog.text and "broken" in caplog.text
     remove_instrument(rec, tool=tool)
-    assert not engine_side.ACTIVE
+    assert not SWITCHES.active
 
 
 async def test_run_hooks_bracket_each_turn_of_an_executed_root(
@@ -250,7 +250,7 @@ def test_bad_registration() -> None:
         add_instrument(object())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="tool must be an AsyncTool"):
         add_instrument(Instrument(), tool=object())
-    assert not engine_side.ACTIVE
+    assert not SWITCHES.active
 
 
 # -- OpenTelemetry -------------------------------------------------------------------------------
