@@ -31,6 +31,23 @@ cdef class _Driver:
 
     cpdef _schedule(self, _Flow flow)
     cpdef _wake(self)
+    # Called per promise() or per coroutine step: C calls from typed code, no method look-up.
+    cpdef _bind(self)
+    cpdef _start_coroutine(self, runner, _Frame step, coro)
+    cpdef _start_pending_coros(self)
+    cpdef object _next_deadline(self)
+    cpdef _arm_inline(self, deadline)
+    cpdef _drop_spare(self)
+    cpdef object _task_context(self)
+    cpdef bint _foreign_timers(self, _Flow flow) except -1
+    cpdef bint _needs_task_group(self) except -1
+    cpdef _park_in_exit(self)
+    cpdef _unpark_exit(self)
+    cpdef _arm_exit_alarm(self)
+    cpdef _exit_gone(self)
+    cpdef bint _idle_after_promise(self) except -1
+    cpdef _tasks_now_idle(self)
+    cpdef _cancel_all(self)
     @cython.locals(flow=_Flow, typed=bint)
     cpdef _tick(self)
     cpdef _fire_timers(self)

@@ -1208,8 +1208,8 @@ class _Driver:
     def _start_pending_coros(self) -> None:
         pending = self._pending_coros
         self._pending_coros = _EMPTY
-        for runner, args in pending:
-            self._start_coroutine(runner, *args)
+        for runner, (step, coro) in pending:
+            self._start_coroutine(runner, step, coro)
 
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """The long-lived driver of a public AsyncTool."""

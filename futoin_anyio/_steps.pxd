@@ -1,13 +1,15 @@
 # The compiled build's declarations for _steps.py: see _frame.pxd.
 cimport cython
 
+from futoin_anyio._driver cimport _Driver
 from futoin_anyio._flow cimport _Flow, _flow_deadline
 from futoin_anyio._frame cimport _end_ext, _Ext, _Frame, _own_ext, _Switches
+from futoin_anyio._tool cimport private_tool
 
 
 # Its slots are _Frame's. Not final: users subclass it.
 cdef class AsyncSteps(_Frame):
-    pass
+    cpdef _Flow _start(self, _Driver driver)
 
 
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,

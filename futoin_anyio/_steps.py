@@ -57,6 +57,7 @@ from ._tool import (
     _live_discard,
     _weakref,
     current_tool,
+    private_tool,
 )
 from ._traced import hooked_flow
 from ._types import (
@@ -609,7 +610,7 @@ class AsyncSteps(_Frame):
         starve the event loop without a task switch per call.
         """
         self._check_startable("promise()")
-        driver = AsyncTool._private()
+        driver = private_tool()
         flow = self._start(driver)
         driver._main = flow
         driver._bind()

@@ -10,3 +10,7 @@ from futoin_anyio._driver cimport _Driver, Handle
 cdef class AsyncTool(_Driver):
     @cython.locals(handle=Handle)
     cpdef Handle immediate(self, func)
+
+
+@cython.locals(tool=AsyncTool)
+cpdef AsyncTool private_tool()

@@ -80,14 +80,6 @@ class AsyncTool(_Driver):
         self._public = True
         self._init()
 
-    @classmethod
-    def _private(cls) -> AsyncTool:
-        """A driver for one ``promise()`` call, run inline in the awaiting task."""
-        self = cls.__new__(cls)
-        self._public = False
-        self._init()
-        return self
-
     # -- the FTN12 §2.6 interface -------------------------------------------------------------
 
     def immediate(self, func: Callable[[], object]) -> Handle:
@@ -207,6 +199,16 @@ class AsyncTool(_Driver):
 # AsyncTool is final. The compiled build's extension type is, by its declaration (``_tool.pxd``),
 # and cannot take ``typing.final``; the pure build's class refuses subclasses the same way.
 refuse_subclasses(AsyncTool)
+
+
+def private_tool() -> AsyncTool:
+    """A driver for one ``promise()`` call, run inline in the awaiting task (a function, not a
+    class method: the compiled ``promise()`` then knows the type of what it gets, and reads the
+    driver's fields and calls its methods in C)."""
+    tool = AsyncTool.__new__(AsyncTool)
+    tool._public = False
+    tool._init()
+    return tool
 
 
 def _check_ms(what: str, value: object) -> float:
