@@ -21,9 +21,11 @@ cdef class _Driver:
     cdef public object _caller_ctx, _clock, _ctx_token, _current, _fatal
     cdef public object _helper_ended
     cdef public Alarm _exit_alarm, _inline_alarm, _spare_alarm
-    cdef public object _inline, _inline_ctx, _inline_flow, _inline_next
+    cdef public object _inline, _inline_ctx
+    cdef public _Flow _inline_flow, _main
+    cdef public _Frame _inline_next
     cdef public object _inline_scope, _instruments, _joins
-    cdef public object _library, _main, _own_ctx
+    cdef public object _library, _own_ctx
     cdef public object _pending_coros, _raw_idle, _raw_tasks, _ready, _roots, _sleep_scope
     cdef public object _tasks_idle, _tg, _thread, _threadsafe, _timers
     cdef public bint _closing, _exit_server, _exited, _helper, _need_tg, _public, _slept
@@ -35,6 +37,8 @@ cdef class _Driver:
     cpdef _bind(self)
     cpdef _start_coroutine(self, runner, _Frame step, coro)
     cpdef _start_pending_coros(self)
+    cpdef tuple _call_timeout(self, delay_s, _Frame frame, timeout_ms)
+    cpdef _push_timer(self, deadline, Handle handle, bint wake)
     cpdef object _next_deadline(self)
     cpdef _arm_inline(self, deadline)
     cpdef _drop_spare(self)

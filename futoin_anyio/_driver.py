@@ -711,14 +711,15 @@ class _Driver:
         """
         step = self._inline_next
         assert step is not None
-        flow = step._flow
+        # Bound through the typed field: the compiled build then knows the flow's type.
+        self._inline_flow = step._flow
+        flow = self._inline_flow
         assert flow is not None
         interrupted: AsyncSteps | None = None
         # The scope has no deadline: an alarm fires the flow's timeout instead, whose handler
         # cancels the scope with its reason (see _alarm). Without a deadline argument the
         # constructor also skips its deadline handling (about 40 % of its cost).
         self._inline_alarm = None
-        self._inline_flow = flow
         deadline = _flow_deadline(flow)
         if deadline != math.inf:
             self._arm_inline(deadline)
@@ -799,7 +800,8 @@ class _Driver:
                     if following is None:
                         break
                     step = following
-                    flow = self._inline_flow = step._flow
+                    self._inline_flow = step._flow
+                    flow = self._inline_flow
                     assert flow is not None
                     deadline = _flow_deadline(flow)
                     alarm = self._inline_alarm

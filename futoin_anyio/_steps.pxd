@@ -10,6 +10,10 @@ from futoin_anyio._tool cimport private_tool
 # Its slots are _Frame's. Not final: users subclass it.
 cdef class AsyncSteps(_Frame):
     cpdef _Flow _start(self, _Driver driver)
+    @cython.locals(flow=_Flow)
+    cpdef bint _foreign_thread(self) except -1
+    @cython.locals(ext=_Ext, flow=_Flow, driver=_Driver)
+    cpdef set_timeout(self, timeout_ms)
 
 
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,
