@@ -34,6 +34,7 @@ cdef class _Driver:
     cpdef _schedule(self, _Flow flow)
     cpdef _wake(self)
     # Called per promise() or per coroutine step: C calls from typed code, no method look-up.
+    cpdef _init(self)
     cpdef _bind(self)
     cpdef _start_coroutine(self, runner, _Frame step, coro)
     cpdef _start_pending_coros(self)
@@ -86,6 +87,9 @@ cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
 cdef object _running_asyncio_loop, _sniffio, anyio, cancel_scope, checkpoint
 cdef object copy_context, create_task_group, deque, get_cancelled_exc_class, get_ident
 cdef object heapify, heappop, heappush, logger, logging, math, scope_class, sys
+# The module's own state, rebound with ``global`` (C variables, read and written in C).
+cdef object _trio_lowlevel, _trio_run
+cdef bint _backend_loaded
 
 # The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
 cdef _Switches SWITCHES

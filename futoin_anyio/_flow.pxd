@@ -27,6 +27,7 @@ cdef class _Flow:
     cpdef _drop_links(self)
     cpdef _root_done(self)
     cpdef _start_coroutine(self, _Frame step, coro)
+    cpdef object outcome(self)
 
 
 @cython.locals(frame=_Frame)

@@ -10,6 +10,7 @@ from futoin_anyio._tool cimport private_tool
 # Its slots are _Frame's. Not final: users subclass it.
 cdef class AsyncSteps(_Frame):
     cpdef _Flow _start(self, _Driver driver)
+    cpdef _check_startable(self, what)
     @cython.locals(flow=_Flow)
     cpdef bint _foreign_thread(self) except -1
     @cython.locals(ext=_Ext, flow=_Flow, driver=_Driver)
@@ -22,10 +23,14 @@ cdef class AsyncSteps(_Frame):
 cdef object AsyncTool, BURST, COMPILED, CORO, CORO_CREATED, DONE, EXEC, Errors, FAILING
 cdef object FutoInError, HANDLER, Iterable, MODEL, Mapping, ParallelSteps, ROOT, SUBSTEPS, State
 cdef object TYPE_CHECKING, WAIT, _FOR_EACH, _LOOP, _Loop, _REPEAT, _STATUS_NAMES, _WAIT_ONLY
-cdef object _YIELD_EVERY, _binary, _check_ms, _first_runs, _ins, _internal, _live_add
+cdef object _YIELD_EVERY, _binary, _check_ms, _ins, _internal, _live_add
+cdef list _first_runs
 cdef object _live_discard, _runner, _weakref, _wrong_thread, fresh_state, get_ident
 cdef object getcoroutinestate, hooked_flow, isawaitable, iscoroutine, logger, logging, state_from
 cdef object sys
 
 # The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
 cdef _Switches SWITCHES
+
+# The module's own state, rebound with ``global`` (a C variable, read and written in C).
+cdef Py_ssize_t _unyielded
