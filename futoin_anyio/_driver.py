@@ -348,12 +348,12 @@ class _Driver:
             self._clock = loop.time
         else:
             global _trio_lowlevel, _trio_run
+            run = _trio_run
+            if run is None:  # the first driver bound to trio
+                _trio_lowlevel = sys.modules["trio"].lowlevel
             lowlevel = _trio_lowlevel
-            if lowlevel is _NoTrio:
-                lowlevel = _trio_lowlevel = sys.modules["trio"].lowlevel
             token = self._threadsafe = lowlevel.current_trio_token()
             self._library = "trio"
-            run = _trio_run
             if run is None or run[0] is not token:
                 # The run's clock itself (trio.current_time() goes through three more calls),
                 # found once per run: a token is its run's for good.

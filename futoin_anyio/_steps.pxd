@@ -32,5 +32,6 @@ cdef object sys
 # The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
 cdef _Switches SWITCHES
 
-# The module's own state, rebound with ``global`` (a C variable, read and written in C).
+# The module's own state, rebound with ``global`` (C variables, read and written in C).
+cdef object _asyncio_check, _trio_check
 cdef Py_ssize_t _unyielded
