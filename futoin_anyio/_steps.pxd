@@ -8,13 +8,19 @@ from futoin_anyio._tool cimport private_tool
 
 
 # Its slots are _Frame's. Not final: users subclass it.
+# No cpdef method: a vtable pointer would make every step object larger (the helpers of the
+# hot paths are functions below instead).
 cdef class AsyncSteps(_Frame):
-    cpdef _Flow _start(self, _Driver driver)
-    cpdef _check_startable(self, what)
-    @cython.locals(flow=_Flow)
-    cpdef bint _foreign_thread(self) except -1
-    @cython.locals(ext=_Ext, flow=_Flow, driver=_Driver)
-    cpdef set_timeout(self, timeout_ms)
+    pass
+
+
+@cython.locals(flow=_Flow)
+cpdef bint _foreign_thread(_Frame step) except -1
+
+cpdef _Flow _start_flow(_Frame root, _Driver driver)
+
+@cython.locals(ext=_Ext, flow=_Flow, driver=_Driver)
+cpdef _set_timeout(_Frame step, timeout_ms)
 
 
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,

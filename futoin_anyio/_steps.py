@@ -367,13 +367,6 @@ class AsyncSteps(_Frame):
         an alias (``__call__ = success``) does not make the compiled build's type callable."""
         self.success(*args)
 
-    def _foreign_thread(self) -> bool:
-        flow = self._flow
-        if flow is None:
-            return False
-        thread = flow.driver._thread
-        return thread is not None and get_ident() != thread
-
     def _external_success(self, args: tuple[Any, ...]) -> None:
         if self._status is not WAIT:
             # Only reached from another thread (same-thread calls are checked before): the
@@ -400,18 +393,18 @@ class AsyncSteps(_Frame):
         st = self._status
         exc = FutoInError(code, info)
         if (st is EXEC or st is CORO) and self._ext is not None and self._ext.waiting \
-                and self._foreign_thread():
+                and _foreign_thread(self):
             self._flow.driver._from_thread(self._external_error, exc)  # type: ignore[union-attr]
             raise exc
         if st is EXEC or st is HANDLER or st is CORO:
-            if self._foreign_thread():
+            if _foreign_thread(self):
                 _wrong_thread("error() of a step that does not wait for an external event")
             state = self.state
             state["error_info"] = info
             state["last_exception"] = exc
             raise exc
         if st is WAIT:
-            if self._foreign_thread():
+            if _foreign_thread(self):
                 self._flow.driver._from_thread(self._external_error, exc)  # type: ignore[union-attr]
             else:
                 self._external_error(exc)
@@ -440,25 +433,7 @@ class AsyncSteps(_Frame):
 
         Disables the implicit success; calling it again replaces the limit. Loop thread.
         """
-        st = self._status
-        if st is not EXEC and st is not CORO:
-            self._misuse("set_timeout()")
-        if self._foreign_thread():
-            _wrong_thread("set_timeout()")
-        delay = _check_ms("set_timeout()", timeout_ms)
-        ext = _own_ext(self)
-        old = ext.timer
-        if old is not None:
-            old.cancel()
-        ext.waiting = True
-        flow = self._flow
-        assert flow is not None
-        driver = flow.driver
-        ext.timer, ext.deadline = driver._call_timeout(delay, self, timeout_ms)
-        if driver._inline_scope is not None and driver._inline_flow is flow:
-            # The flow's coroutine steps are awaited inline: its alarm is the flow's nearest
-            # deadline (and its outer flows', if it is a branch).
-            driver._arm_inline(_flow_deadline(flow))
+        _set_timeout(self, timeout_ms)
 
     def set_cancel(self, oncancel: CancelHandler) -> None:
         """Set the handler called once if this step is cancelled or unwound while active.
@@ -467,7 +442,7 @@ class AsyncSteps(_Frame):
         st = self._status
         if st is not EXEC and st is not CORO:
             self._misuse("set_cancel()")
-        if self._foreign_thread():
+        if _foreign_thread(self):
             _wrong_thread("set_cancel()")
         if not callable(oncancel):
             _internal(f"set_cancel(): the handler must be callable, got {type(oncancel).__name__}")
@@ -482,7 +457,7 @@ class AsyncSteps(_Frame):
         st = self._status
         if st is not EXEC and st is not CORO:
             self._misuse("wait_external()")
-        if self._foreign_thread():
+        if _foreign_thread(self):
             _wrong_thread("wait_external()")
         ext = self._ext
         if ext is None:
@@ -500,7 +475,7 @@ class AsyncSteps(_Frame):
         st = self._status
         if st is not EXEC and st is not CORO and st is not HANDLER:
             self._misuse("stack()")
-        if self._foreign_thread():
+        if _foreign_thread(self):
             _wrong_thread("stack()")
         if isinstance(size_or_factory, int) and not isinstance(size_or_factory, bool):
             if size_or_factory < 0:
@@ -564,7 +539,7 @@ class AsyncSteps(_Frame):
         st = self._status
         if st is not EXEC and st is not HANDLER and st is not CORO:
             self._misuse("break_loop()" if code == Errors.LoopBreak else "continue_loop()")
-        if self._foreign_thread():
+        if _foreign_thread(self):
             _wrong_thread("break_loop()" if code == Errors.LoopBreak else "continue_loop()")
         flow = self._flow
         assert flow is not None
@@ -609,9 +584,10 @@ class AsyncSteps(_Frame):
         makes one on every 16th such call in a row, so that a loop of instant roots cannot
         starve the event loop without a task switch per call.
         """
-        self._check_startable("promise()")
+        if self._status is not MODEL or self._parent is not None:
+            self._check_startable("promise()")
         driver = private_tool()
-        flow = self._start(driver)
+        flow = _start_flow(self, driver)
         driver._main = flow
         driver._bind()
         # A cancel point before anything of the root runs: a cancelled task does not start it.
@@ -753,20 +729,6 @@ class AsyncSteps(_Frame):
                 _internal(f"{what}: the root was cancelled before it started")
             _internal(f"{what}: this root was already started")
 
-    def _start(self, driver: AsyncTool) -> _Flow:
-        if not SWITCHES.hooked:
-            flow = _Flow(driver, self, [self], None)
-        else:  # what instruments and the flow dump need is kept only while asked for
-            flow = hooked_flow(driver, self, False)
-            if SWITCHES.active:  # in the caller's context, before anything of the root runs
-                _ins.started(self, driver, True)
-        if self._queue:
-            self._queue.reverse()
-        self._flow = flow
-        self._status = ROOT
-        self._started = True
-        return flow
-
     def _current_tool(self) -> AsyncTool | None:
         root = self._flow.root if self._flow is not None else self
         if root._tool is not None:
@@ -856,3 +818,51 @@ class _AwaitStep:
         aw = self.aw
         if iscoroutine(aw) and getcoroutinestate(aw) == CORO_CREATED:
             aw.close()
+
+
+def _foreign_thread(step: AsyncSteps) -> bool:
+    """Is the caller on another thread than the loop's of the flow of ``step``?"""
+    flow = step._flow
+    if flow is None:
+        return False
+    thread = flow.driver._thread
+    return thread is not None and get_ident() != thread
+
+
+def _start_flow(root: AsyncSteps, driver: AsyncTool) -> _Flow:
+    """The flow of a ``promise()`` root about to run in ``driver``."""
+    if not SWITCHES.hooked:
+        flow = _Flow(driver, root, [root], None)
+    else:  # what instruments and the flow dump need is kept only while asked for
+        flow = hooked_flow(driver, root, False)
+        if SWITCHES.active:  # in the caller's context, before anything of the root runs
+            _ins.started(root, driver, True)
+    if root._queue:
+        root._queue.reverse()
+    root._flow = flow
+    root._status = ROOT
+    root._started = True
+    return flow
+
+
+def _set_timeout(step: AsyncSteps, timeout_ms: float) -> None:
+    """:meth:`AsyncSteps.set_timeout` (a function: the compiled build types its locals)."""
+    st = step._status
+    if st is not EXEC and st is not CORO:
+        step._misuse("set_timeout()")
+    if _foreign_thread(step):
+        _wrong_thread("set_timeout()")
+    delay = _check_ms("set_timeout()", timeout_ms)
+    ext = _own_ext(step)
+    old = ext.timer
+    if old is not None:
+        old.cancel()
+    ext.waiting = True
+    flow = step._flow
+    assert flow is not None
+    driver = flow.driver
+    ext.timer, ext.deadline = driver._call_timeout(delay, step, timeout_ms)
+    if driver._inline_scope is not None and driver._inline_flow is flow:
+        # The flow's coroutine steps are awaited inline: its alarm is the flow's nearest
+        # deadline (and its outer flows', if it is a branch).
+        driver._arm_inline(_flow_deadline(flow))
