@@ -203,3 +203,13 @@ def test_module_globals_in_c_are_nobody_elses(pxd: Path) -> None:
     assert not names - bound, f"{pxd.name}: {sorted(names - bound)} are not bound by the module"
     taken = names & _names_taken_from(pxd.stem)
     assert not taken, f"{pxd.name}: {sorted(taken)} are taken from the module elsewhere"
+
+
+def test_step_objects_carry_no_vtable() -> None:
+    """``AsyncSteps`` adds nothing to its base's layout: a ``cpdef`` method on it would give
+    every step object a vtable pointer (16 more bytes each in pymalloc); the hot helpers that
+    need typed locals are module functions instead (``_steps._set_timeout``...)."""
+    from futoin_anyio import AsyncSteps
+    from futoin_anyio._frame import _Frame
+
+    assert AsyncSteps.__basicsize__ == _Frame.__basicsize__
