@@ -95,8 +95,8 @@ def _step_reuse_proven() -> bool:
     return True
 
 
-#: Evaluated once: the hot path tests a bool.
-_REUSE_STEPS = _step_reuse_proven()
+#: Evaluated once: the hot path tests a bool (a C field in the compiled build).
+SWITCHES.reuse = _step_reuse_proven()
 
 #: The one step class whose completed objects ``_Flow.run`` may reuse: ``AsyncSteps`` itself,
 #: never a subclass (it may allow weak references, which no count sees, or add slots of its own,
@@ -222,10 +222,10 @@ class _Flow:
         new = cls.__new__
         # A completed step object that nothing else references is reused for the next step:
         # nobody can observe it, and it saves an allocation and garbage-collector work per step.
-        # Only where reference counts are proven to see every holder (_REUSE_STEPS), and only
+        # Only where reference counts are proven to see every holder (SWITCHES.reuse), and only
         # for AsyncSteps itself: a subclass may allow weak references (which no count sees) or
         # add slots of its own (which the engine does not reset).
-        reuse = _REUSE_STEPS and cls is _REUSABLE
+        reuse = SWITCHES.reuse and cls is _REUSABLE
         spare: AsyncSteps | None = None
         while budget > 0:
             frame = stack[-1]

@@ -12,7 +12,7 @@ cdef class _Ext:
 
 @cython.final
 cdef class _Switches:
-    cdef public bint active, hooked, times
+    cdef public bint active, hooked, reuse, times
 
 
 cdef class _Frame:

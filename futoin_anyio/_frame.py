@@ -59,10 +59,12 @@ _NO_ARGS: tuple[Any, ...] = ()
 
 
 class _Switches:
-    """What the engine tests at its hooks, set by ``_instrument`` (one object, read by every
-    engine module: in the compiled build each test reads a C field, not a module attribute)."""
+    """What the engine tests on its paths: whether instruments or the dump's times are on (set
+    by ``_instrument``), and whether step objects may be reused (set once by ``_flow``). One
+    object, read by every engine module: in the compiled build each test reads a C field, not a
+    module attribute."""
 
-    __slots__ = ("active", "hooked", "times")
+    __slots__ = ("active", "hooked", "reuse", "times")
 
     def __init__(self) -> None:
         #: Some instrument is registered, globally or on a tool.
@@ -71,6 +73,8 @@ class _Switches:
         self.times = False
         #: ``active or times``: the one test a root's start makes.
         self.hooked = False
+        #: ``_Flow.run`` may reuse a completed step object nobody holds (``_flow``).
+        self.reuse = False
 
 
 SWITCHES: Final = _Switches()

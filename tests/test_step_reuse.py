@@ -1,12 +1,12 @@
 """A step object that user code still holds is never handed to a later step.
 
 The engine reuses a completed step object for the next step when ``sys.getrefcount()`` says
-nothing else holds it (``_flow._REUSE_STEPS``: CPython up to 3.13 with the GIL, and only for
-``AsyncSteps`` itself). Here a step keeps its ``asi`` — in a list, a closure, a weak reference, a
-generator frame, a context variable, an exception's traceback — and every later step of the root
-(siblings, a loop, nested steps) checks that it did not receive the held object, and that the
-held object is out of service (``bool(asi)`` is ``False``). A control shows that reuse does
-happen where it is allowed, and that these checks catch a count that lies.
+nothing else holds it (``SWITCHES.reuse``, set by ``_flow``: CPython up to 3.13 with the GIL,
+and only for ``AsyncSteps`` itself). Here a step keeps its ``asi`` — in a list, a closure, a weak
+reference, a generator frame, a context variable, an exception's traceback — and every later
+step of the root (siblings, a loop, nested steps) checks that it did not receive the held object,
+and that the held object is out of service (``bool(asi)`` is ``False``). A control shows that
+reuse does happen where it is allowed, and that these checks catch a count that lies.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 
 from futoin_anyio import AsyncSteps, AsyncTool, _flow
 from futoin_anyio._flow import _step_reuse_proven
-from futoin_anyio._frame import COMPILED
+from futoin_anyio._frame import COMPILED, SWITCHES
 
 pytestmark = pytest.mark.anyio
 
@@ -278,7 +278,7 @@ async def test_reuse_happens_only_where_allowed(cls: type[AsyncSteps]) -> None:
     root.add(lambda asi: asi.repeat(50, body))
     await root.promise()
     assert len(ids) == 50
-    if _flow._REUSE_STEPS and cls is AsyncSteps:
+    if SWITCHES.reuse and cls is AsyncSteps:
         assert _consecutive_same(ids) == 49
     else:
         assert _consecutive_same(ids) == 0
@@ -290,13 +290,13 @@ async def test_checks_catch_a_count_that_lies(monkeypatch: pytest.MonkeyPatch, k
     checks above (for every holder whose step completes: a failed step is never reused); and
     the gate alone keeps the engine safe from it."""
     monkeypatch.setattr(_flow, "getrefcount", lambda obj: 2)
-    monkeypatch.setattr(_flow, "_REUSE_STEPS", True)
+    monkeypatch.setattr(SWITCHES, "reuse", True)
     run = _Run(HOLDERS[kind]())
     await run.root().promise()
     assert run.got_held[0] is True  # the held object served the next step
     assert "a later step received the held step object" in run.final
 
-    monkeypatch.setattr(_flow, "_REUSE_STEPS", False)  # what the gate says on 3.14+
+    monkeypatch.setattr(SWITCHES, "reuse", False)  # what the gate says on 3.14+
     run = _Run(HOLDERS[kind]())
     await run.root().promise()
     run.check()
@@ -312,4 +312,4 @@ def test_gate_matches_the_interpreter() -> None:
 
         expected = not sysconfig.get_config_var("Py_GIL_DISABLED")
     assert _step_reuse_proven() is (expected and not COMPILED)
-    assert _flow._REUSE_STEPS is (expected and not COMPILED)
+    assert SWITCHES.reuse is (expected and not COMPILED)
