@@ -79,8 +79,8 @@ cdef class _RawTask:
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,
 # Cython caches no module-global look-up (each read would be a dict look-up). They are
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
-cdef object Any, CANCELLING, COMPILED, CORO, Callable, CancelScope, Coroutine, Errors
-cdef object FutoInError, Lock, MODEL, ROOT, _ins, _TASK_CONTEXT, _asyncio_current_task
+cdef object Any, COMPILED, Callable, CancelScope, Coroutine, Errors
+cdef object FutoInError, Lock, _ins, _TASK_CONTEXT, _asyncio_current_task
 cdef object Context, Generator
 cdef object TYPE_CHECKING, _Future, _PRUNE_SLACK, _asyncio_future_type, _close_unstarted
 cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
@@ -93,3 +93,6 @@ cdef bint _backend_loaded
 
 # The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
 cdef _Switches SWITCHES
+
+# The step statuses (_frame), C ints: compared and stored as such.
+cdef int MODEL, CORO, ROOT, CANCELLING

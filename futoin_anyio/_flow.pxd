@@ -31,7 +31,7 @@ cdef class _Flow:
 
 
 @cython.locals(frame=_Frame)
-cpdef _Frame _new_frame(_Frame parent, _Flow flow, status)
+cpdef _Frame _new_frame(_Frame parent, _Flow flow, int status)
 
 @cython.locals(flow=_Flow, ext=_Ext)
 cpdef bint _coroutine_done(_Frame step, result, error, bint inline) except? -1
@@ -48,12 +48,15 @@ cpdef double _flow_deadline(_Flow flow) except? -1.0
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,
 # Cython caches no module-global look-up (each read would be a dict look-up). They are
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
-cdef object CANCELLING, COMPILED, CORO, CancelScope, Coroutine, CoroutineType, DONE, EXEC, Errors
-cdef object FAILED, FAILING, FutoInError, GO_ON, HANDLER, PAUSED, ROOT, State, SUBSTEPS
+cdef object COMPILED, CancelScope, Coroutine, CoroutineType, Errors
+cdef object FAILED, FutoInError, GO_ON, PAUSED, State
 cdef object TYPE_CHECKING
-cdef object WAIT, _NO_ARGS, _ins, _new, _run_cleanups, _scope_classes, cancel_scope, cast
+cdef object _NO_ARGS, _ins, _new, _run_cleanups, _scope_classes, cancel_scope, cast
 cdef object flow_reason, get_cancelled_exc_class, logger, logging, math, partial, sys
 cdef object timeout_info
 
 # The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
 cdef _Switches SWITCHES
+
+# The step statuses (_frame), C ints: compared and stored as such.
+cdef int EXEC, HANDLER, SUBSTEPS, WAIT, CORO, ROOT, DONE, FAILING, CANCELLING

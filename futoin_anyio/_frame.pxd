@@ -16,8 +16,10 @@ cdef class _Switches:
 
 
 cdef class _Frame:
-    cdef public object _binary, _flow, _func, _onerror, _started, _state, _status, _tool
-    cdef public object _unhandled
+    cdef public object _binary, _flow, _func, _onerror, _state, _tool, _unhandled
+    # C values: no reference to count, nothing for the garbage collector to visit.
+    cdef public int _status
+    cdef public bint _started
     cdef public _Ext _ext
     cdef public _Frame _parent
     cdef public list _queue

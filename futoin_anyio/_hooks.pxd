@@ -19,4 +19,7 @@ cpdef bint go_on_with(_Frame asi, item, args) except -1
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,
 # Cython caches no module-global look-up (each read would be a dict look-up). They are
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
-cdef object SUBSTEPS, WAIT, import_module
+cdef object import_module
+
+# The step statuses (_frame), C ints: compared and stored as such.
+cdef int SUBSTEPS, WAIT

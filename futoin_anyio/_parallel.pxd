@@ -24,8 +24,11 @@ cdef class _ParallelRun:
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,
 # Cython caches no module-global look-up (each read would be a dict look-up). They are
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
-cdef object DONE, FAILING, SUBSTEPS, TYPE_CHECKING, _Ext, _NO_ARGS, _halt, _ins, _internal
+cdef object TYPE_CHECKING, _Ext, _NO_ARGS, _halt, _ins, _internal
 cdef object _stop_coroutines, _unwinding, _wrong_thread, deque, get_ident, partial, threading
 
 # The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
 cdef _Switches SWITCHES
+
+# The step statuses (_frame), C ints: compared and stored as such.
+cdef int SUBSTEPS, DONE, FAILING

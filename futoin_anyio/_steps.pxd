@@ -26,9 +26,9 @@ cpdef _set_timeout(_Frame step, timeout_ms)
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,
 # Cython caches no module-global look-up (each read would be a dict look-up). They are
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
-cdef object AsyncTool, BURST, COMPILED, CORO, CORO_CREATED, DONE, EXEC, Errors, FAILING
-cdef object FutoInError, HANDLER, Iterable, MODEL, Mapping, ParallelSteps, ROOT, SUBSTEPS, State
-cdef object TYPE_CHECKING, WAIT, _FOR_EACH, _LOOP, _Loop, _REPEAT, _STATUS_NAMES, _WAIT_ONLY
+cdef object AsyncTool, BURST, COMPILED, CORO_CREATED, Errors
+cdef object FutoInError, Iterable, Mapping, ParallelSteps, State
+cdef object TYPE_CHECKING, _FOR_EACH, _LOOP, _Loop, _REPEAT, _STATUS_NAMES, _WAIT_ONLY
 cdef object _YIELD_EVERY, _binary, _check_ms, _ins, _internal, _live_add
 cdef list _first_runs
 cdef object _live_discard, _runner, _weakref, _wrong_thread, fresh_state, get_ident
@@ -41,3 +41,6 @@ cdef _Switches SWITCHES
 # The module's own state, rebound with ``global`` (C variables, read and written in C).
 cdef object _asyncio_check, _trio_check
 cdef Py_ssize_t _unyielded
+
+# The step statuses (_frame), C ints: compared and stored as such.
+cdef int MODEL, EXEC, HANDLER, SUBSTEPS, WAIT, CORO, ROOT, DONE, FAILING

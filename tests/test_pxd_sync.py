@@ -142,7 +142,7 @@ def test_compiled_modules_are_loaded_and_up_to_date() -> None:
                 f"{built.name} is older than its sources: reinstall (pip install -e .)")
 
 
-_GLOBAL = re.compile(r"^cdef (?:object|bint|Py_ssize_t) (.+)$", re.M)
+_GLOBAL = re.compile(r"^cdef (?:object|bint|int|Py_ssize_t) (.+)$", re.M)
 _SOURCES = [p for d in ("futoin_anyio", "tests", "benchmarks", "examples")
             for p in sorted((ROOT / d).rglob("*.py")) if (ROOT / d).exists()]
 
