@@ -733,6 +733,9 @@ class _Driver:
         try:
             with scope_class(self._library)() as scope:
                 self._inline_scope = scope
+                # Nothing can cancel the scope but the engine (it has no deadline): unless the
+                # engine has cancelled some scope since, it is not cancelled.
+                cancels = SWITCHES.cancels
                 while True:
                     self._inline_next = None
                     context = self._inline_ctx
@@ -779,7 +782,7 @@ class _Driver:
                         self._inline = None
                     self._current = flow
                     try:
-                        if scope.cancel_called:
+                        if SWITCHES.cancels != cancels and scope.cancel_called:
                             # The step was cancelled, yet its coroutine returned or failed. An
                             # error wins, as in a task group, unless the root is being cancelled.
                             ext = step._ext

@@ -13,6 +13,7 @@ cdef class _Ext:
 @cython.final
 cdef class _Switches:
     cdef public bint active, hooked, reuse, times
+    cdef public Py_ssize_t cancels
 
 
 cdef class _Frame:

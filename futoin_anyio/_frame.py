@@ -60,11 +60,11 @@ _NO_ARGS: tuple[Any, ...] = ()
 
 class _Switches:
     """What the engine tests on its paths: whether instruments or the dump's times are on (set
-    by ``_instrument``), and whether step objects may be reused (set once by ``_flow``). One
-    object, read by every engine module: in the compiled build each test reads a C field, not a
-    module attribute."""
+    by ``_instrument``), whether step objects may be reused (set once by ``_flow``), and how many
+    scopes the engine has cancelled (``_reasons``). One object, read by every engine module: in
+    the compiled build each test reads a C field, not a module attribute."""
 
-    __slots__ = ("active", "hooked", "reuse", "times")
+    __slots__ = ("active", "cancels", "hooked", "reuse", "times")
 
     def __init__(self) -> None:
         #: Some instrument is registered, globally or on a tool.
@@ -75,6 +75,10 @@ class _Switches:
         self.hooked = False
         #: ``_Flow.run`` may reuse a completed step object nobody holds (``_flow``).
         self.reuse = False
+        #: Scopes the engine has cancelled so far (``_reasons.cancel_scope``): an inline run asks
+        #: its scope whether it was cancelled (trio's property reads the clock) only once this
+        #: has moved since the scope was entered.
+        self.cancels = 0
 
 
 SWITCHES: Final = _Switches()

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._frame import SWITCHES
+
 if TYPE_CHECKING:
     from ._flow import _Flow
     from ._steps import AsyncSteps
@@ -41,7 +43,9 @@ def timeout_info(frame: AsyncSteps, timeout_ms: float) -> str:
 
 def cancel_scope(scope: Any, reason: str) -> None:
     """``scope.cancel(reason)``; a backend whose ``cancel()`` takes no reason (AnyIO < 4.16)
-    is cancelled without one."""
+    is cancelled without one. Every cancel of the engine's goes through here (counted in
+    ``SWITCHES.cancels``)."""
+    SWITCHES.cancels += 1
     try:
         scope.cancel(reason)
     except TypeError:  # pragma: no cover - AnyIO < 4.16
