@@ -75,9 +75,9 @@ class _Switches:
         self.hooked = False
         #: ``_Flow.run`` may reuse a completed step object nobody holds (``_flow``).
         self.reuse = False
-        #: Scopes the engine has cancelled so far (``_reasons.cancel_scope``): an inline run asks
+        #: The number of the engine's last cancel (``_reasons.cancel_scope``): an inline run asks
         #: its scope whether it was cancelled (trio's property reads the clock) only once this
-        #: has moved since the scope was entered.
+        #: has changed since the scope was entered.
         self.cancels = 0
 
 

@@ -13,6 +13,7 @@ Nothing here runs unless something is cancelled: the hot path pays nothing for r
 
 from __future__ import annotations
 
+from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from ._frame import SWITCHES
@@ -41,11 +42,17 @@ def timeout_info(frame: AsyncSteps, timeout_ms: float) -> str:
     return f"set_timeout({timeout_ms:.15g} ms) of step {step_name(frame._func)}"
 
 
+#: A new number per cancel: ``next()`` of a ``count`` is one C call, so a cancel on one event
+#: loop's thread never writes back a number another thread's cancel has already passed (``+= 1``
+#: could, between its read and its write).
+_cancel_numbers = count(1)
+
+
 def cancel_scope(scope: Any, reason: str) -> None:
     """``scope.cancel(reason)``; a backend whose ``cancel()`` takes no reason (AnyIO < 4.16)
-    is cancelled without one. Every cancel of the engine's goes through here (counted in
-    ``SWITCHES.cancels``)."""
-    SWITCHES.cancels += 1
+    is cancelled without one. Every cancel of the engine's goes through here, and changes
+    ``SWITCHES.cancels``."""
+    SWITCHES.cancels = next(_cancel_numbers)
     try:
         scope.cancel(reason)
     except TypeError:  # pragma: no cover - AnyIO < 4.16

@@ -1,9 +1,9 @@
 """What an inline coroutine step ends with when the engine cancels its scope (a timeout, its
 root's cancel) while the step shields itself, turns the cancellation into its own error, or
 returns without a checkpoint. The run asks its scope whether it was cancelled only once the
-engine has cancelled some scope since the scope was entered (``SWITCHES.cancels``, counted by
-``_reasons.cancel_scope``, the one way the engine cancels): each case here moves the count, and
-ends as the semantics say.
+engine has cancelled some scope since the scope was entered (``SWITCHES.cancels``, the number
+``_reasons.cancel_scope`` gives each cancel, the one way the engine cancels): each case here
+changes it, and ends as the semantics say.
 
 Every test runs on asyncio and trio, in virtual time.
 """
@@ -78,7 +78,7 @@ async def test_an_error_raised_by_a_timed_out_step_wins_over_the_timeout() -> No
 
 async def test_a_root_cancelled_by_its_own_coroutine_step_ends_cancelled() -> None:
     """An inline coroutine step cancels its root and returns without a checkpoint: the cancel
-    reached its scope (the count moved), so the step is interrupted, its result dropped, and
+    reached its scope (its number changed), so the step is interrupted, its result dropped, and
     the step after it never runs; the cancel handler of the step runs."""
     seen: list[Any] = []
 
