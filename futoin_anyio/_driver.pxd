@@ -91,7 +91,7 @@ cdef object heapify, heappop, heappush, logger, logging, math, scope_class, sys
 cdef object _trio_lowlevel, _trio_run
 cdef bint _backend_loaded
 
-# The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
+# What the engine tests on its paths (_frame.SWITCHES): a C field each, typed.
 cdef _Switches SWITCHES
 
 # The step statuses (_frame), C ints: compared and stored as such.

@@ -55,7 +55,7 @@ cdef object _NO_ARGS, _ins, _new, _run_cleanups, _scope_classes, cancel_scope, c
 cdef object flow_reason, get_cancelled_exc_class, logger, logging, math, partial, sys
 cdef object timeout_info
 
-# The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
+# What the engine tests on its paths (_frame.SWITCHES): a C field each, typed.
 cdef _Switches SWITCHES
 
 # The step statuses (_frame), C ints: compared and stored as such.

@@ -30,5 +30,5 @@ cdef object check_count, check_name, check_queue, check_section, checkpoint_if_c
 cdef object dataclass, enter_thread, final, get_ident, lazy_binary, monotonic, state_name
 cdef object task_key
 
-# The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
+# What the engine tests on its paths (_frame.SWITCHES): a C field each, typed.
 cdef _Switches SWITCHES

@@ -27,7 +27,7 @@ cdef class _ParallelRun:
 cdef object TYPE_CHECKING, _Ext, _NO_ARGS, _halt, _ins, _internal
 cdef object _stop_coroutines, _unwinding, _wrong_thread, deque, get_ident, partial, threading
 
-# The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
+# What the engine tests on its paths (_frame.SWITCHES): a C field each, typed.
 cdef _Switches SWITCHES
 
 # The step statuses (_frame), C ints: compared and stored as such.

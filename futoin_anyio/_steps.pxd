@@ -35,7 +35,7 @@ cdef object _live_discard, _runner, _weakref, _wrong_thread, fresh_state, get_id
 cdef object getcoroutinestate, hooked_flow, isawaitable, iscoroutine, logger, logging, state_from
 cdef object sys
 
-# The engine's tests at its hooks (_frame.SWITCHES): a C field each, typed.
+# What the engine tests on its paths (_frame.SWITCHES): a C field each, typed.
 cdef _Switches SWITCHES
 
 # The module's own state, rebound with ``global`` (C variables, read and written in C).
