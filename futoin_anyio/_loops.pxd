@@ -9,7 +9,8 @@ cdef class _Loop:
 
 @cython.final
 cdef class _LoopRun:
-    cdef public object it, item, label
+    cdef public object func, it, label, onerror
+    cdef public bint builtin
 
 
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,

@@ -38,7 +38,7 @@ class _Loop:
             it = iter(data.items()) if isinstance(data, Mapping) else enumerate(data)
         else:
             it = _forever(_NO_ARGS)
-        run = _LoopRun(it, self.label, (self.func, _loop_onerror))
+        run = _LoopRun(it, self.label, self.func, kind != _FOR_EACH)
         ext = asi._ext = _Ext()
         ext.loop = run
         flow = asi._flow
@@ -47,13 +47,18 @@ class _Loop:
 
 
 class _LoopRun:
-    __slots__ = ("it", "item", "label")
+    __slots__ = ("builtin", "func", "it", "label", "onerror")
 
-    def __init__(self, it: Iterator[tuple[Any, ...]], label: str | None,
-                 item: tuple[StepFunc, ErrorHandler | None]) -> None:
+    def __init__(self, it: Iterator[tuple[Any, ...]], label: str | None, func: StepFunc,
+                 builtin: bool) -> None:
         self.it = it
         self.label = label
-        self.item = item
+        # Each iteration's step: two fields, read apart (no tuple to unpack per iteration).
+        self.func = func
+        self.onerror: ErrorHandler = _loop_onerror
+        # A C iterator that runs no user code and cannot raise (repeat()'s, loop()'s): the
+        # engine's run calls it unguarded (_flow._Flow.run).
+        self.builtin = builtin
 
     def next_iteration(self, frame: AsyncSteps, flow: _Flow) -> bool:
         args = next(self.it, None)
@@ -64,7 +69,7 @@ class _LoopRun:
         q = frame._queue
         if q is None:
             q = frame._queue = []
-        q.append(self.item)
+        q.append((self.func, self.onerror))
         return True
 
 
