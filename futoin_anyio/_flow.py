@@ -36,6 +36,12 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from anyio import CancelScope, get_cancelled_exc_class
 
+try:
+    import cython
+except ImportError:  # the decorators below are no-ops in the pure build
+    from . import _nocython as cython  # type: ignore[no-redef, unused-ignore]
+
+
 from . import _instrument as _ins
 from ._errors import Errors, FutoInError
 from ._frame import (
@@ -156,6 +162,9 @@ def _on_timeout(frame: AsyncSteps, timeout_ms: float = math.nan) -> None:
     flow.throw(Errors.Timeout, info)
 
 
+# A root or branch's flow: freed ones serve the next (a subclass of Python's never).
+@cython.freelist(16)
+@cython.cclass
 class _Flow:
     """One sequential thread of steps: a root, or a branch of a parallel step."""
 

@@ -13,10 +13,9 @@ from ._errors import Errors, FutoInError
 COMPILED: bool
 try:
     import cython
-except ImportError:
-    COMPILED = False
-else:
-    COMPILED = bool(cython.compiled)
+except ImportError:  # the decorators below are no-ops in the pure build
+    from . import _nocython as cython  # type: ignore[no-redef, unused-ignore]
+COMPILED = bool(cython.compiled)
 
 if TYPE_CHECKING:
     from anyio import CancelScope
@@ -84,6 +83,10 @@ class _Switches:
 SWITCHES: Final = _Switches()
 
 
+# The compiled build keeps up to 64 freed frames (of _Frame and AsyncSteps, not of a Python
+# subclass) for the next ones: a step object per step, without a trip to the allocator.
+@cython.freelist(64)
+@cython.cclass
 class _Frame:
     """The data of a step object: :class:`~futoin_anyio.AsyncSteps` (``_steps``) is its one
     subclass here, and adds the API. It is a frame of its flow's stack (see ``_flow``).
@@ -111,6 +114,8 @@ class _Frame:
     )
 
 
+@cython.freelist(64)
+@cython.cclass
 class _Ext:
     """The rarely used parts of a frame."""
 
