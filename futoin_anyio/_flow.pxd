@@ -17,7 +17,7 @@ cdef class _Flow:
     cpdef int _go(self, int budget) except? -1
 
     @cython.locals(stack=list, base=_Frame, frame=_Frame, step=_Frame, spare=_Frame, ext=_Ext,
-                   q=list, reuse=bint, loop=_LoopRun, done=bint, calling=bint)
+                   q=list, reuse=bint, loop=_LoopRun)
     cpdef int run(self, int budget) except? -1
 
     cpdef object _step_raised(self, exc)

@@ -79,8 +79,7 @@ def _step_reuse_proven() -> bool:
     """May ``_Flow.run`` reuse a completed step object that ``sys.getrefcount()`` says nobody
     holds? Only where that count is proven to see every holder.
 
-    The test is ``getrefcount(step) == 3`` (the ``step`` variable, the stack's slot, where a
-    completed step stays until the next one takes its place, and the call's argument). Up
+    The test is ``getrefcount(step) == 2`` (the ``step`` variable and the call's argument). Up
     to CPython 3.13 with the GIL, every reference the user can keep — a list, a closure cell, a
     generator or traceback frame, a context variable — is a counted one
     (``tests/test_step_reuse.py`` checks each). CPython 3.14 borrows references on the
@@ -237,174 +236,90 @@ class _Flow:
         # add slots of its own (which the engine does not reset).
         reuse = SWITCHES.reuse and cls is _REUSABLE
         spare: AsyncSteps | None = None
-        # True while stack[-1] is a step that has just completed with no _Ext: it leaves the
-        # stack lazily, so that the next step of the same frame takes its place (one item
-        # store, rather than a pop and an append that resize the list each time on short
-        # stacks). Nothing runs in between but the engine's own code and, for the next step,
-        # the built-in iterators of repeat() and loop(): anything else (a for_each()
-        # iterator, clean-ups, unwinding, leaving) pops it first.
-        done = False
-        # One try for the whole run rather than one per step (entering a try saves the
-        # exception state in the compiled build): ``calling`` says whether what it caught
-        # came out of a step's callback; the engine's own errors go out unchanged.
-        calling = False
-        while True:
-            try:
-                while budget > 0:
-                    frame = stack[-2] if done else stack[-1]
-                    q = frame._queue
-                    if q:
-                        item = q.pop()
-                        if not q:  # a waiting flow keeps no empty lists for the GC to scan
-                            frame._queue = None
-                        if type(item) is tuple:
-                            func, onerror = item
+        while budget > 0:
+            frame = stack[-1]
+            q = frame._queue
+            if q:
+                item = q.pop()
+                if not q:  # a waiting flow keeps no empty lists for the GC to scan
+                    frame._queue = None
+                if type(item) is tuple:
+                    func, onerror = item
+                else:
+                    func = item  # type: ignore[assignment]
+                    onerror = None
+            else:
+                # The frame's queue is exhausted: the next loop iteration, or the frame
+                # completes.
+                if frame is base:
+                    self._finish(None)
+                    return budget
+                ext = frame._ext
+                if ext is not None:
+                    loop = ext.loop
+                    if loop is not None:
+                        # The last item's arguments let go first: zip() and enumerate() then
+                        # refill their tuple rather than make a new one.
+                        args = None
+                        # repeat() or loop(): a C iterator that cannot raise.
+                        if loop.builtin:
+                            args = next(loop.it, None)
                         else:
-                            func = item  # type: ignore[assignment]
-                            onerror = None
-                    else:
-                        # The frame's queue is exhausted: the next loop iteration, or the frame
-                        # completes.
-                        if frame is base:
-                            if done:
-                                stack.pop()
-                            self._finish(None)
-                            return budget
-                        ext = frame._ext
-                        if ext is not None:
-                            loop = ext.loop
-                            if loop is not None:
-                                # The last item's arguments let go first: zip() and enumerate() then
-                                # refill their tuple rather than make a new one.
-                                args = None
-                                # repeat() or loop(): a C iterator that cannot raise.
-                                if loop.builtin:
-                                    args = next(loop.it, None)
-                                else:
-                                    if done:
-                                        stack.pop()
-                                        done = False
-                                    try:
-                                        args = next(loop.it, None)
-                                    except Exception as exc:
-                                        # A collection changed, a generator raised.
-                                        if self._step_raised(exc) is not GO_ON:
-                                            return budget
-                                        if self.interrupt:
-                                            self._interrupted()
-                                            return budget
-                                        continue
-                                if args is not None:
-                                    self.args = args
-                                    func = loop.func
-                                    onerror = loop.onerror
-                                else:
-                                    # A loop that ends succeeds with no arguments.
-                                    self.args = _NO_ARGS
-                                    loop = None
-                            if loop is None:
-                                if done:
-                                    stack.pop()
-                                    done = False
-                                _end_ext(frame)
+                            try:
+                                args = next(loop.it, None)
+                            except Exception as exc:
+                                # A collection changed, a generator raised.
+                                if self._step_raised(exc) is not GO_ON:
+                                    return budget
+                                if self.interrupt:
+                                    self._interrupted()
+                                    return budget
+                                continue
+                        if args is not None:
+                            self.args = args
+                            func = loop.func
+                            onerror = loop.onerror
                         else:
+                            # A loop that ends succeeds with no arguments.
+                            self.args = _NO_ARGS
                             loop = None
-                        if loop is None:
-                            frame._status = DONE
-                            if done:
-                                del stack[-2:]
-                                done = False
-                            else:
-                                stack.pop()
-                            continue
-                    if spare is None:  # _new_frame(), inlined: this runs for every step
-                        step: AsyncSteps = new(cls)
-                        step._state = state
-                        step._flow = self
-                        step._queue = None
-                        step._ext = None
-                        step._binary = None
-                    else:
-                        step = spare
-                        spare = None
-                    step._parent = frame
-                    step._onerror = onerror
-                    step._func = func
-                    step._status = EXEC
-                    if done:
-                        stack[-1] = step
-                        done = False
-                    else:
-                        stack.append(step)
-                    budget -= 1
-                    calling = True
-                    # Calls with a fixed number of arguments run without building a tuple and,
-                    # for a Python function, without a nested interpreter loop.
-                    args = self.args
-                    if not args:
-                        res = func(step)
-                    elif type(args) is not tuple:  # values from C: fit() to what func declares
-                        res = func(step, *args.fit(func))  # type: ignore[attr-defined]
-                    elif len(args) == 1:
-                        res = func(step, args[0])
-                    else:
-                        res = func(step, *args)
-                    calling = False
-                    if self.interrupt:
-                        self._interrupted()
-                        return budget
-                    st = step._status
-                    if st is EXEC:
-                        # A coroutine of the compiled build (await_()'s own) is no
-                        # CoroutineType: the ABC check runs only for a result that is neither
-                        # None nor a CoroutineType (two calls, not one of a tuple: no tuple
-                        # built per step).
-                        if res is not None and (
-                                isinstance(res, CoroutineType) or isinstance(res, Coroutine)):  # noqa: SIM101
-                            self._start_coroutine(step, res)
-                            return budget
-                        q = step._queue
-                        if q:
-                            q.reverse()
-                            step._status = SUBSTEPS
-                            ext = step._ext
-                            if ext is None or ext.loop is None:  # a loop set its iteration's args
-                                self.args = _NO_ARGS  # sub-steps start with no arguments (as in JS)
-                            continue
-                        ext = step._ext
-                        if ext is not None:
-                            if ext.waiting:
-                                step._status = WAIT
-                                return budget
-                            _end_ext(step)
-                        self.args = _NO_ARGS
-                        step._status = DONE
-                        if ext is None:
-                            done = True
-                        else:
-                            stack.pop()
-                    elif st is DONE:
-                        ext = step._ext
-                        if ext is None:
-                            done = True
-                        else:
-                            stack.pop()
-                            _end_ext(step)
-                    else:
-                        continue
-                    # Three references: ``step``, the stack's (``done``) and getrefcount's argument.
-                    # Nobody kept the object.
-                    if reuse and ext is None and getrefcount(step) == 3 and step._queue is None \
-                            and step._binary is None:
-                        spare = step
-                if done:
+                    if loop is None:
+                        _end_ext(frame)
+                else:
+                    loop = None
+                if loop is None:
+                    frame._status = DONE
                     stack.pop()
-                self.driver._schedule(self)
-                return 0
+                    continue
+            if spare is None:  # _new_frame(), inlined: this runs for every step
+                step: AsyncSteps = new(cls)
+                step._state = state
+                step._flow = self
+                step._queue = None
+                step._ext = None
+                step._binary = None
+            else:
+                step = spare
+                spare = None
+            step._parent = frame
+            step._onerror = onerror
+            step._func = func
+            step._status = EXEC
+            stack.append(step)
+            budget -= 1
+            try:
+                # Calls with a fixed number of arguments run without building a tuple and,
+                # for a Python function, without a nested interpreter loop.
+                args = self.args
+                if not args:
+                    res = func(step)
+                elif type(args) is not tuple:  # values from C: fit() to what func declares
+                    res = func(step, *args.fit(func))  # type: ignore[attr-defined]
+                elif len(args) == 1:
+                    res = func(step, args[0])
+                else:
+                    res = func(step, *args)
             except BaseException as exc:
-                if not calling:
-                    raise
-                calling = False
                 if not self.interrupt:
                     if self._step_raised(exc) is not GO_ON:
                         return budget
@@ -412,6 +327,49 @@ class _Flow:
                         continue
                 self._interrupted()
                 return budget
+            if self.interrupt:
+                self._interrupted()
+                return budget
+            st = step._status
+            if st is EXEC:
+                # A coroutine of the compiled build (await_()'s own) is no
+                # CoroutineType: the ABC check runs only for a result that is neither
+                # None nor a CoroutineType (two calls, not one of a tuple: no tuple
+                # built per step).
+                if res is not None and (
+                        isinstance(res, CoroutineType) or isinstance(res, Coroutine)):  # noqa: SIM101
+                    self._start_coroutine(step, res)
+                    return budget
+                q = step._queue
+                if q:
+                    q.reverse()
+                    step._status = SUBSTEPS
+                    ext = step._ext
+                    if ext is None or ext.loop is None:  # a loop set its iteration's args
+                        self.args = _NO_ARGS  # sub-steps start with no arguments (as in JS)
+                    continue
+                ext = step._ext
+                if ext is not None:
+                    if ext.waiting:
+                        step._status = WAIT
+                        return budget
+                    _end_ext(step)
+                self.args = _NO_ARGS
+                step._status = DONE
+                stack.pop()
+            elif st is DONE:
+                stack.pop()
+                ext = step._ext
+                if ext is not None:
+                    _end_ext(step)
+            else:
+                continue
+            # Two references: ``step`` and getrefcount's argument. Nobody kept the object.
+            if reuse and ext is None and getrefcount(step) == 2 and step._queue is None \
+                    and step._binary is None:
+                spare = step
+        self.driver._schedule(self)
+        return 0
 
     # -- errors -------------------------------------------------------------------------------
 

@@ -289,7 +289,7 @@ async def test_checks_catch_a_count_that_lies(monkeypatch: pytest.MonkeyPatch, k
     """What a newer interpreter could do — a count that misses the holder — is caught by the
     checks above (for every holder whose step completes: a failed step is never reused); and
     the gate alone keeps the engine safe from it."""
-    monkeypatch.setattr(_flow, "getrefcount", lambda obj: 3)  # what run() takes for unheld
+    monkeypatch.setattr(_flow, "getrefcount", lambda obj: 2)
     monkeypatch.setattr(SWITCHES, "reuse", True)
     run = _Run(HOLDERS[kind]())
     await run.root().promise()
