@@ -245,3 +245,35 @@ def test_free_lists_serve_new_objects(name: str) -> None:
         assert allocated <= 1, allocated
     else:
         assert allocated >= 8, allocated
+
+
+def test_nocython_stands_in_for_the_decorators() -> None:
+    """Where Cython is not installed, ``_frame`` and ``_flow`` take ``_nocython`` for
+    ``cython``: its decorators leave a class as it is, and it says the build is not compiled."""
+    from futoin_anyio import _nocython
+
+    class Probe:
+        pass
+
+    assert _nocython.compiled is False
+    assert _nocython.cclass(Probe) is Probe
+    assert _nocython.freelist(8)(Probe) is Probe
+
+
+def test_the_pure_build_imports_without_cython(tmp_path: Path) -> None:
+    """The pure build's modules import with no ``cython`` module at all (a fresh machine
+    without Cython): a copy of the package's sources, ``import cython`` made to fail."""
+    import shutil
+    import subprocess
+
+    copy = tmp_path / "futoin_anyio"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    code = ("import sys; sys.modules['cython'] = None; import futoin_anyio, anyio; "
+            "from futoin_anyio import AsyncSteps; "
+            "assert not futoin_anyio.COMPILED and 'futoin_anyio._nocython' in sys.modules; "
+            "seen = []; root = AsyncSteps(); "
+            "root.add(lambda asi: asi.repeat(3, lambda asi, i: seen.append(i))); "
+            "anyio.run(root.promise); assert seen == [0, 1, 2], seen; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
