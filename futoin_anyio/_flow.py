@@ -36,12 +36,6 @@ from typing import TYPE_CHECKING, Any, Final, cast
 
 from anyio import CancelScope, get_cancelled_exc_class
 
-try:
-    import cython
-except ImportError:  # the decorators below are no-ops in the pure build
-    from . import _nocython as cython  # type: ignore[no-redef, unused-ignore]
-
-
 from . import _instrument as _ins
 from ._errors import Errors, FutoInError
 from ._frame import (
@@ -64,6 +58,11 @@ from ._frame import (
 )
 from ._reasons import cancel_scope, flow_reason, timeout_info
 from ._state import State
+
+try:
+    import cython
+except ImportError:  # the decorators below are no-ops in the pure build
+    from . import _nocython as cython  # type: ignore[no-redef, unused-ignore]
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
