@@ -56,6 +56,7 @@ from ._frame import (
     _own_ext,
     _run_cleanups,
 )
+from ._loops import _loop_onerror
 from ._reasons import cancel_scope, flow_reason, timeout_info
 from ._state import State
 
@@ -277,7 +278,7 @@ class _Flow:
                         if args is not None:
                             self.args = args
                             func = loop.func
-                            onerror = loop.onerror
+                            onerror = _loop_onerror
                         else:
                             # A loop that ends succeeds with no arguments.
                             self.args = _NO_ARGS

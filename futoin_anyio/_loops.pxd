@@ -9,7 +9,7 @@ cdef class _Loop:
 
 @cython.final
 cdef class _LoopRun:
-    cdef public object func, it, label, onerror
+    cdef public object func, it, label
     cdef public bint builtin
 
 

@@ -12,7 +12,7 @@ from ._frame import _NO_ARGS, _Ext
 if TYPE_CHECKING:
     from ._flow import _Flow
     from ._steps import AsyncSteps
-    from ._types import ErrorHandler, StepFunc
+    from ._types import StepFunc
 
 _LOOP, _REPEAT, _FOR_EACH = range(3)
 
@@ -47,15 +47,15 @@ class _Loop:
 
 
 class _LoopRun:
-    __slots__ = ("builtin", "func", "it", "label", "onerror")
+    __slots__ = ("builtin", "func", "it", "label")
 
     def __init__(self, it: Iterator[tuple[Any, ...]], label: str | None, func: StepFunc,
                  builtin: bool) -> None:
         self.it = it
         self.label = label
-        # Each iteration's step: two fields, read apart (no tuple to unpack per iteration).
+        # Each iteration's step is ``func`` with the error handler ``_loop_onerror`` (no tuple to
+        # unpack per iteration).
         self.func = func
-        self.onerror: ErrorHandler = _loop_onerror
         # A C iterator that runs no user code and cannot raise (repeat()'s, loop()'s): the
         # engine's run calls it unguarded (_flow._Flow.run).
         self.builtin = builtin
@@ -69,7 +69,7 @@ class _LoopRun:
         q = frame._queue
         if q is None:
             q = frame._queue = []
-        q.append((self.func, self.onerror))
+        q.append((self.func, _loop_onerror))
         return True
 
 
