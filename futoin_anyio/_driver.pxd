@@ -70,6 +70,8 @@ cpdef Handle _new_handle(_Driver tool, func, args)
 
 cpdef _run_callback(Handle handle)
 
+cpdef object _checkpoint(library)
+
 
 @cython.final
 cdef class _RawTask:
@@ -81,10 +83,10 @@ cdef class _RawTask:
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
 cdef object Any, COMPILED, Callable, CancelScope, Coroutine, Errors
 cdef object FutoInError, Lock, _ins, _TASK_CONTEXT, _asyncio_current_task
-cdef object Context, Generator
+cdef object Awaitable, Context, Generator
 cdef object TYPE_CHECKING, _Future, _PRUNE_SLACK, _asyncio_future_type, _close_unstarted
 cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
-cdef object _running_asyncio_loop, _sniffio, anyio, cancel_scope, checkpoint
+cdef object _asyncio_sleep, _running_asyncio_loop, _sniffio, anyio, cancel_scope
 cdef object copy_context, create_task_group, deque, get_cancelled_exc_class, get_ident
 cdef object heapify, heappop, heappush, logger, logging, math, scope_class, sys
 # The module's own state, rebound with ``global`` (C variables, read and written in C).

@@ -27,8 +27,9 @@ import sys
 from asyncio import Future as _asyncio_future_type
 from asyncio import _get_running_loop as _running_asyncio_loop
 from asyncio import current_task as _asyncio_current_task
+from asyncio import sleep as _asyncio_sleep
 from collections import deque
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from contextvars import Context, ContextVar, copy_context
 from heapq import heapify, heappop, heappush
 from threading import Lock, get_ident
@@ -37,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio import CancelScope, create_task_group, get_cancelled_exc_class
 from anyio.abc import TaskGroup
-from anyio.lowlevel import checkpoint
 
 from . import _instrument as _ins
 from ._alarm import Alarm
@@ -671,7 +671,7 @@ class _Driver:
                 # the next turn parks the task, which is one.
                 if self._ready and self._inline_next is None:
                     self._slept = True
-                    await checkpoint()
+                    await _checkpoint(self._library)
             elif group is not None and not self._roots and group.child_tasks:
                 return
             elif self._timers and self._next_deadline() != math.inf:
@@ -985,7 +985,7 @@ class _Driver:
                         self._tick()
                     else:
                         context.run(self._tick)
-                    await checkpoint()
+                    await _checkpoint(self._library)
                 else:
                     await self._idle(fire=False)
         finally:
@@ -1016,7 +1016,7 @@ class _Driver:
             while self._inline_scope is not None and self._fatal is None and self._work_due():
                 self._caller_ctx.run(self._tick)
                 if self._ready:
-                    await checkpoint()  # a burst was used up
+                    await _checkpoint(self._library)  # a burst was used up
         except BaseException as exc:
             if isinstance(exc, get_cancelled_exc_class()):
                 raise
@@ -1186,7 +1186,7 @@ class _Driver:
                     break
                 self._caller_ctx.run(self._tick)
                 if self._ready:
-                    await checkpoint()  # a burst was used up
+                    await _checkpoint(self._library)  # a burst was used up
         except BaseException:
             self._exit_gone()
             raise
@@ -1380,6 +1380,14 @@ _trio_lowlevel: Any = _NoTrio
 #: The token and clock of the trio run a driver bound to last (one tuple: read whole by threads
 #: that each run trio).
 _trio_run: tuple[Any, Callable[[], float]] | None = None
+
+
+def _checkpoint(library: str) -> Awaitable[None]:
+    """A checkpoint of the driver's backend: what ``anyio.lowlevel.checkpoint()`` awaits,
+    without its look-up of the running backend on every call (a driver yields once a burst)."""
+    if library == "trio":
+        return _trio_lowlevel.checkpoint()  # type: ignore[no-any-return]
+    return _asyncio_sleep(0)
 
 
 #: AnyIO's task group class on asyncio, once known (see :func:`_asyncio_group_class`).
