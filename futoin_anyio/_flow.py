@@ -188,10 +188,18 @@ class _Flow:
 
     cancel_reason: str
 
-    def __init__(self, driver: AsyncTool, root: AsyncSteps, stack: list[AsyncSteps],
+    def __init__(self, driver: AsyncTool, root: AsyncSteps, base: AsyncSteps,
                  par: _ParallelRun | None) -> None:
+        """A flow of ``root``'s whose stack starts at ``base``: the root itself, or the
+        container of a branch of ``par``."""
         self.driver = driver
         self.root = root
+        # Room for four frames (the base, a step, a sub-step and its own) that pops down to two
+        # keep: CPython's list gives room back, with a realloc, on a pop that leaves it under
+        # half full, and a list grown from one item makes room for eight (a loop's body at
+        # depth four would then realloc once per iteration). The del keeps the room of four.
+        stack = [base, base, base, base]
+        del stack[1:]
         self.stack = stack
         self.par = par
         self.args: tuple[Any, ...] = _NO_ARGS
@@ -731,7 +739,7 @@ def _start_root(root: AsyncSteps, budget: int) -> int:
     assert tool is not None
     # What instruments and the flow dump need is kept only while asked for (see _traced).
     if not SWITCHES.hooked:
-        flow = _Flow(tool, root, [root], None)
+        flow = _Flow(tool, root, root, None)
     else:
         from ._traced import hooked_flow
 

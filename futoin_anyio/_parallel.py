@@ -99,7 +99,7 @@ class ParallelSteps:
         for branch in branches:
             container = _new_frame(asi, flow, SUBSTEPS)
             container._queue = [branch]
-            bflow = flow_class(driver, root, [container], run)
+            bflow = flow_class(driver, root, container, run)
             container._flow = bflow
             flows.append(bflow)
             driver._schedule(bflow)

@@ -832,7 +832,7 @@ def _foreign_thread(step: AsyncSteps) -> bool:
 def _start_flow(root: AsyncSteps, driver: AsyncTool) -> _Flow:
     """The flow of a ``promise()`` root about to run in ``driver``."""
     if not SWITCHES.hooked:
-        flow = _Flow(driver, root, [root], None)
+        flow = _Flow(driver, root, root, None)
     else:  # what instruments and the flow dump need is kept only while asked for
         flow = hooked_flow(driver, root, False)
         if SWITCHES.active:  # in the caller's context, before anything of the root runs

@@ -63,9 +63,9 @@ class _TracedFlow(_HookedFlow):
 
     tracers: tuple[Instrument, ...]
 
-    def __init__(self, driver: AsyncTool, root: AsyncSteps, stack: list[AsyncSteps],
+    def __init__(self, driver: AsyncTool, root: AsyncSteps, base: AsyncSteps,
                  par: _ParallelRun | None) -> None:
-        _Flow.__init__(self, driver, root, stack, par)
+        _Flow.__init__(self, driver, root, base, par)
         if par is not None:  # a branch: its parent's tracers
             self.tracers = par.frame._flow.tracers  # type: ignore[union-attr]
 
@@ -119,10 +119,10 @@ def hooked_flow(driver: AsyncTool, root: AsyncSteps, executed: bool) -> _HookedF
     tracers = _ins.run_tracers(driver) if executed and SWITCHES.active else ()
     flow: _HookedFlow
     if tracers:
-        flow = _TracedFlow(driver, root, [root], None)
+        flow = _TracedFlow(driver, root, root, None)
         flow.tracers = tracers
     else:
-        flow = _HookedFlow(driver, root, [root], None)
+        flow = _HookedFlow(driver, root, root, None)
     queue = root._queue
     flow.first = queue[0] if queue else None
     if SWITCHES.times:
