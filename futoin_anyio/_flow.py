@@ -231,12 +231,8 @@ class _Flow:
         # None while nobody asked for the root's state: its steps then find it through their
         # parents when asked (most roots never need one: a dict less per root for the GC).
         state = base._state
-        # type(), not __class__: the compiled build then knows ``cls`` is a type, and calls its
-        # allocator directly for new(cls) (no look-up of __new__, no argument tuple).
+        # type(), not __class__: the compiled build then knows ``cls`` is a type.
         cls = type(base)
-        # object.__new__ in the pure build; the extension type's own in the compiled one (which
-        # object.__new__ refuses), bound once here rather than looked up per step.
-        new = cls.__new__
         # A completed step object that nothing else references is reused for the next step:
         # nobody can observe it, and it saves an allocation and garbage-collector work per step.
         # Only where reference counts are proven to see every holder (SWITCHES.reuse), and only
@@ -244,8 +240,11 @@ class _Flow:
         # add slots of its own (which the engine does not reset).
         reuse = SWITCHES.reuse and cls is _REUSABLE
         spare: AsyncSteps | None = None
+        # The innermost frame, kept here rather than read from the stack per step: the stack is
+        # the chain of parents (each frame's ``_parent`` is the one below it), so a completed
+        # frame's parent is the new top. Re-read only where something else changed the stack.
+        frame = stack[-1]
         while budget > 0:
-            frame = stack[-1]
             q = frame._queue
             if q:
                 item = q.pop()
@@ -256,6 +255,7 @@ class _Flow:
                 else:
                     func = item  # type: ignore[assignment]
                     onerror = None
+                args = self.args
             else:
                 # The frame's queue is exhausted: the next loop iteration, or the frame
                 # completes.
@@ -282,9 +282,11 @@ class _Flow:
                                 if self.interrupt:
                                     self._interrupted()
                                     return budget
+                                frame = stack[-1]  # unwound
                                 continue
                         if args is not None:
-                            self.args = args
+                            # The iteration's arguments go to its call from here: the flow's
+                            # ``args`` are for steps taken from a queue (what success() gave).
                             func = loop.func
                             onerror = _loop_onerror
                         else:
@@ -298,9 +300,12 @@ class _Flow:
                 if loop is None:
                     frame._status = DONE
                     stack.pop()
+                    frame = frame._parent  # type: ignore[assignment]
                     continue
             if spare is None:  # _new_frame(), inlined: this runs for every step
-                step: AsyncSteps = new(cls)
+                # cls.__new__(cls), spelt so: the compiled build calls the type's allocator
+                # in C (no look-up, no argument tuple); the pure build, object.__new__.
+                step: AsyncSteps = cls.__new__(cls)
                 step._state = state
                 step._flow = self
                 step._queue = None
@@ -318,7 +323,6 @@ class _Flow:
             try:
                 # Calls with a fixed number of arguments run without building a tuple and,
                 # for a Python function, without a nested interpreter loop.
-                args = self.args
                 if not args:
                     res = func(step)
                 elif type(args) is not tuple:  # values from C: fit() to what func declares
@@ -332,6 +336,7 @@ class _Flow:
                     if self._step_raised(exc) is not GO_ON:
                         return budget
                     if not self.interrupt:
+                        frame = stack[-1]  # unwound
                         continue
                 self._interrupted()
                 return budget
@@ -355,6 +360,7 @@ class _Flow:
                     ext = step._ext
                     if ext is None or ext.loop is None:  # a loop set its iteration's args
                         self.args = _NO_ARGS  # sub-steps start with no arguments (as in JS)
+                    frame = step
                     continue
                 ext = step._ext
                 if ext is not None:
@@ -370,7 +376,10 @@ class _Flow:
                 ext = step._ext
                 if ext is not None:
                     _end_ext(step)
-            else:
+            else:  # the step waits, or something it called moved the stack
+                if not stack:  # its flow ended meanwhile
+                    return budget
+                frame = stack[-1]
                 continue
             # Two references: ``step`` and getrefcount's argument. Nobody kept the object.
             if reuse and ext is None and getrefcount(step) == 2 and step._queue is None \

@@ -47,6 +47,30 @@ async def test_for_each_over_a_dict_the_body_changes_fails_through_handlers() ->
                         "RuntimeError: dictionary changed size during iteration")]
 
 
+async def test_a_handler_recovering_from_a_broken_loop_lets_the_flow_go_on_after_it() -> None:
+    # The iterator raises between iterations: the error unwinds from the loop's own frame, and
+    # the handler's success() resumes the flow one level up, with the next step there.
+    def items() -> Iterator[int]:
+        yield 1
+        raise ValueError("generator broke")
+
+    log: list[Any] = []
+
+    def recover(asi: AsyncSteps, code: str) -> None:
+        log.append(code)
+        asi.success("recovered")
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.add(lambda asi: asi.for_each(items(), lambda asi, i, v: log.append(v)), recover)
+        asi.add(lambda asi, how: log.append(how))
+
+    root = AsyncSteps()
+    root.add(outer)
+    root.add(lambda asi: log.append("after"))
+    await root.promise()
+    assert log == [1, Errors.InternalError, "recovered", "after"]
+
+
 async def test_for_each_generator_raising_later_leaves_the_tool_and_other_roots_alone() -> None:
     def items() -> Iterator[int]:
         yield 1
