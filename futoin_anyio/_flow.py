@@ -322,8 +322,9 @@ class _Flow:
             budget -= 1
             try:
                 # Calls with a fixed number of arguments run without building a tuple and,
-                # for a Python function, without a nested interpreter loop.
-                if not args:
+                # for a Python function, without a nested interpreter loop. No arguments are
+                # the empty tuple, a singleton in CPython: an identity test, not a truth test.
+                if args is _NO_ARGS:
                     res = func(step)
                 elif type(args) is not tuple:  # values from C: fit() to what func declares
                     res = func(step, *args.fit(func))  # type: ignore[attr-defined]
