@@ -327,7 +327,7 @@ class _Flow:
                 if args is _NO_ARGS:
                     res = func(step)
                 elif type(args) is not tuple:  # values from C: fit() to what func declares
-                    res = func(step, *args.fit(func))  # type: ignore[attr-defined]
+                    res = func(step, *args.fit(func))  # type: ignore[union-attr]
                 elif len(args) == 1:
                     res = func(step, args[0])
                 else:

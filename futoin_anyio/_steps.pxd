@@ -29,9 +29,9 @@ cpdef _set_timeout(_Frame step, timeout_ms)
 cdef object AsyncTool, BURST, COMPILED, CORO_CREATED, Errors
 cdef object FutoInError, Iterable, Mapping, ParallelSteps, State
 cdef object TYPE_CHECKING, _FOR_EACH, _LOOP, _Loop, _REPEAT, _STATUS_NAMES, _WAIT_ONLY
-cdef object _YIELD_EVERY, _binary, _check_ms, _ins, _internal, _live_add
+cdef object _YIELD_EVERY, _binary, _check_ms, _ins, _internal
 cdef list _first_runs
-cdef object _live_discard, _runner, _weakref, _wrong_thread, fresh_state, get_ident
+cdef object _runner, _wrong_thread, fresh_state, get_ident
 cdef object getcoroutinestate, hooked_flow, isawaitable, iscoroutine, logger, logging, state_from
 cdef object sys
 

@@ -53,9 +53,6 @@ from ._tool import (
     AsyncTool,
     _check_ms,
     _first_runs,
-    _live_add,
-    _live_discard,
-    _weakref,
     current_tool,
     private_tool,
 )
@@ -607,11 +604,8 @@ class AsyncSteps(_Frame):
                 if COMPILED:
                     _first_runs.remove(driver)
             if not flow.finished:
-                # It waits. The pure build pays nothing for the flow dump, which finds it in its
-                # task's await chain; the compiled build's promise() has no Python frame there,
-                # so it lists the driver (a weak entry) instead.
-                if COMPILED:
-                    _live_add(_weakref(driver, _live_discard))
+                # It waits. The flow dump finds it in its task's await chain (the compiled
+                # build's promise() through the closure its coroutine holds): nothing to list.
                 if driver._inline_next is not None and driver._fatal is None \
                         and not driver._need_tg:
                     # The usual case (an async def step reached): no _loop() frame in between.

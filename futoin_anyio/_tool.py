@@ -30,16 +30,16 @@ __all__ = ("AsyncTool", "AsyncToolStatistics")
 #: The registry of live roots, for the flow dump: a weak reference to every AsyncTool whose block
 #: was entered, dropped from the set (by the reference's callback) as soon as the tool is freed.
 #: It keeps nothing alive; a tool lists its executed roots itself (``_roots``), a ``promise()``
-#: driver its one root (``_main``). The pure build lists no ``promise()`` driver: the dump finds
-#: them in the await chains of the loop's tasks (a weak reference with a callback and a set entry
-#: were some 1,700 instructions per waiting root). The compiled build's ``promise()`` has no
-#: Python frame to find there, so it lists its driver here while the root waits.
+#: driver its one root (``_main``). No ``promise()`` driver is listed: the dump finds them in the
+#: await chains of the loop's tasks (a weak reference with a callback and a set entry were some
+#: 1,700 instructions and an object for the collector per waiting root): the pure build's in a
+#: frame of ``promise()``, the compiled build's in the closure its coroutine holds.
 _live: set[ReferenceType[AsyncTool]] = set()
 _live_add = _live.add
 _live_discard = _live.discard
-#: The compiled build's ``promise()`` drivers in their first run (not in ``_live`` yet). The pure
-#: build leaves it empty: the dump finds those on the stack, in a frame of ``promise()``, which
-#: the compiled ``promise()`` has none of.
+#: The compiled build's ``promise()`` drivers in their first run (not in a task's await chain
+#: yet). The pure build leaves it empty: the dump finds those on the stack, in a frame of
+#: ``promise()``, which the compiled ``promise()`` has none of.
 _first_runs: list[AsyncTool] = []
 _weakref = ReferenceType
 

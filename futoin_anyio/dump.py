@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -101,14 +102,45 @@ def _drivers() -> list[AsyncTool]:
             take(frame.f_locals.get("driver"))
         frame = frame.f_back
     for coro in _task_coroutines():
-        for _, frame in _awaited(coro)[0]:
-            if frame.f_code is _PROMISE:
-                take(frame.f_locals.get("driver"))
-    # The compiled build's promise() has no Python frame: its drivers in their first run are
-    # listed in _first_runs, those that wait in _live.
+        for driver in _waiting_promises(coro):
+            take(driver)
+    # The compiled build's promise() has no Python frame on the stack: its drivers in their
+    # first run are listed in _first_runs.
     for tool in list(_first_runs):
         take(tool)
     return sorted(found.values(), key=_started)
+
+
+def _waiting_promises(coro: Any) -> list[object]:
+    """The drivers of the ``promise()`` calls in the await chain of a task's coroutine.
+
+    The pure build's ``promise()`` frame holds its driver. The compiled build's coroutine has
+    a frame with no locals: its driver is a referent of the closure the coroutine holds (two
+    ``gc.get_referents()`` calls on objects of this chain: no scan of the collector's objects).
+    The chain goes on through the wrapper an ``await`` of a coroutine of the other kind makes
+    (its one referent)."""
+    drivers: list[object] = []
+    obj = coro
+    for _ in range(256):
+        if obj is None:
+            break
+        if getattr(obj, "cr_code", None) is _PROMISE:
+            frame = obj.cr_frame
+            driver = None if frame is None else frame.f_locals.get("driver")
+            if driver is None:
+                driver = next((tool for held in gc.get_referents(obj)
+                               if not hasattr(held, "cr_await")
+                               for tool in gc.get_referents(held) if type(tool) is AsyncTool),
+                              None)
+            drivers.append(driver)
+        if hasattr(obj, "cr_await") or hasattr(obj, "gi_yieldfrom"):
+            obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
+        elif type(obj).__name__ == "coroutine_wrapper":  # an await's wrapper: its coroutine
+            inner = gc.get_referents(obj)
+            obj = inner[0] if len(inner) == 1 else None
+        else:
+            break
+    return drivers
 
 
 def _task_coroutines() -> list[Any]:
