@@ -5,6 +5,7 @@ From the repository root::
     python -m benchmarks.native                    # full sizes, both backends, 3 rounds
     python -m benchmarks.native --quick            # small N, one round (a few seconds)
     python -m benchmarks.native --backend trio --rounds 5 --only tasks,async_tasks
+    python -m benchmarks.native --gc-off          # the same with the cyclic collector off
 
 Rows (``_native.py``): (a) ``async_loop``, (b) ``async_tasks``, (c) ``tasks``,
 (d) ``mutex_tasks``, (e) ``blocked_mem``. Each measurement runs in a fresh subprocess;
@@ -19,6 +20,7 @@ targets are reported, not enforced here (``benchmarks.run`` enforces them in ful
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import subprocess
 import sys
@@ -68,10 +70,13 @@ def _worker(config: dict[str, Any]) -> int:
     imports, first-use caches) are not counted against either side.
     """
     status = 0
+    if config.get("gc_off"):
+        gc.disable()  # --gc-off: what the rows cost without the cyclic collector's passes
     for row, n in config["rows"].items():
         warm = measure(row, config["side"], config["backend"], SIZES["tiny"][row])
         record = warm if "error" in warm else measure(row, config["side"], config["backend"], n)
         record["n"] = n
+        record["collector"] = gc.isenabled()
         if "error" in record:
             status = 1
             print(record.pop("traceback"), file=sys.stderr)
@@ -87,9 +92,11 @@ def _python_env() -> dict[str, str]:
     return env
 
 
-def spawn(side: str, backend: str, rows: dict[str, int]) -> list[dict[str, Any]]:
-    """Measure *rows* of *side* on *backend* in a fresh subprocess; one record per row."""
-    config = {"side": side, "backend": backend, "rows": rows}
+def spawn(side: str, backend: str, rows: dict[str, int],
+          gc_off: bool = False) -> list[dict[str, Any]]:
+    """Measure *rows* of *side* on *backend* in a fresh subprocess; one record per row
+    (``gc_off``: with the cyclic collector disabled there)."""
+    config = {"side": side, "backend": backend, "rows": rows, "gc_off": gc_off}
     cmd = [sys.executable, "-m", "benchmarks.native", "--worker", json.dumps(config)]
     failure = ""
     records: list[dict[str, Any]] = []
@@ -122,12 +129,14 @@ def spawn(side: str, backend: str, rows: dict[str, int]) -> list[dict[str, Any]]
 
 
 def collect(
-    mode: str, backends: list[str], rows: list[str], rounds: int, isolate: bool
+    mode: str, backends: list[str], rows: list[str], rounds: int, isolate: bool,
+    gc_off: bool = False,
 ) -> list[dict[str, Any]]:
     """Measure every side of *rows* on *backends*: ``rounds`` rounds, sides rotating.
 
     With *isolate* each measurement has its own process; without (quick mode) one process
-    per side and backend measures all the rows of a round.
+    per side and backend measures all the rows of a round. ``gc_off``: the cyclic collector
+    disabled in each.
     """
     records: list[dict[str, Any]] = []
     sizes = SIZES[mode]
@@ -139,14 +148,14 @@ def collect(
                     k = round_ % len(sides)
                     for side in sides[k:] + sides[:k]:
                         print(f"  native {row} {backend} {side}", file=sys.stderr, flush=True)
-                        records += spawn(side, backend, {row: sizes[row]})
+                        records += spawn(side, backend, {row: sizes[row]}, gc_off)
             else:
                 sides = list(dict.fromkeys(s for row in rows for s in SIDES[row]))
                 k = round_ % len(sides)
                 for side in sides[k:] + sides[:k]:
                     group = {row: sizes[row] for row in rows if side in SIDES[row]}
                     print(f"  native {backend} {side}", file=sys.stderr, flush=True)
-                    records += spawn(side, backend, group)
+                    records += spawn(side, backend, group, gc_off)
     return records
 
 
@@ -306,10 +315,12 @@ def _ratio(value: float | None) -> str:
 
 
 def run_tier(
-    mode: str, backends: list[str], rows: list[str], rounds: int
+    mode: str, backends: list[str], rows: list[str], rounds: int, gc_off: bool = False
 ) -> dict[str, Any]:
-    """Measure and analyse the tier; the JSON-ready result (``rows``, ``targets``, sizes)."""
-    records = collect(mode, backends, rows, rounds, isolate=(mode == "full"))
+    """Measure and analyse the tier; the JSON-ready result (``rows``, ``targets``, sizes).
+    ``gc_off``: every side with the cyclic collector disabled (a diagnostic: the targets are
+    for the collector on)."""
+    records = collect(mode, backends, rows, rounds, isolate=(mode == "full"), gc_off=gc_off)
     table = build_rows(records, backends, rows)
     return {
         "mode": mode,
@@ -344,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, help="rounds, best kept (default 3; quick: 1)")
     parser.add_argument("--only", help=f"comma-separated rows (default: {','.join(ROWS)})")
     parser.add_argument("--json", help="also write the result as JSON to this file")
+    parser.add_argument("--gc-off", action="store_true",
+                        help="disable the cyclic collector in every side's process (what its "
+                             "passes cost each side: a diagnostic, the targets are for it on)")
     args = parser.parse_args(argv)
 
     rows = args.only.split(",") if args.only else list(ROWS)
@@ -353,11 +367,13 @@ def main(argv: list[str] | None = None) -> int:
     backends = [args.backend] if args.backend else list(BACKENDS)
     mode = "quick" if args.quick else "full"
     rounds = args.rounds or (1 if args.quick else 3)
-    tier = run_tier(mode, backends, rows, rounds)
+    tier = run_tier(mode, backends, rows, rounds, gc_off=args.gc_off)
     import futoin_anyio
 
     engine = "compiled" if futoin_anyio.COMPILED else "pure"
-    print(f"## AnyIO-native path ({mode} mode, best of {rounds} round(s), {engine} engine)\n")
+    collector = ", cyclic collector off" if args.gc_off else ""
+    print(f"## AnyIO-native path ({mode} mode, best of {rounds} round(s), {engine} engine"
+          f"{collector})\n")
     print(render_markdown(tier["rows"]))
     if args.json:
         Path(args.json).write_text(json.dumps(tier, indent=1) + "\n")

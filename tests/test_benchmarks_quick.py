@@ -265,6 +265,16 @@ def test_native_scope_side_uses_the_engines_scope_class(backend: str) -> None:
     assert ours is engines
 
 
+@pytest.mark.parametrize("gc_off", [False, True])
+def test_native_gc_off_measures_with_the_collector_disabled(gc_off: bool) -> None:
+    """``--gc-off`` (what the collector's passes cost each side) reaches the worker process:
+    its records say whether the collector was on."""
+    (record,) = native.spawn("ours", "trio", {"tasks": _native.SIZES["tiny"]["tasks"]}, gc_off)
+    assert "error" not in record, record
+    assert record["value"] > 0
+    assert record["collector"] is (not gc_off)
+
+
 def test_native_wrong_result_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     async def broken(n: int) -> Measurement:
         check(n == -1, f"broken: {n} != -1")
