@@ -240,6 +240,7 @@ class _Flow:
         # add slots of its own (which the engine does not reset).
         reuse = SWITCHES.reuse and cls is _REUSABLE
         spare: AsyncSteps | None = None
+        args: Any  # the next call's arguments: a tuple, or repeat()'s index alone (an int)
         # The innermost frame, kept here rather than read from the stack per step: the stack is
         # the chain of parents (each frame's ``_parent`` is the one below it), so a completed
         # frame's parent is the new top. Re-read only where something else changed the stack.
@@ -266,8 +267,8 @@ class _Flow:
                 if ext is not None:
                     loop = ext.loop
                     if loop is not None:
-                        # The last item's arguments let go first: zip() and enumerate() then
-                        # refill their tuple rather than make a new one.
+                        # The last item's arguments let go first: enumerate() and a dict's items
+                        # then refill their tuple rather than make a new one.
                         args = None
                         # repeat() or loop(): a C iterator that cannot raise.
                         if loop.builtin:
@@ -326,12 +327,15 @@ class _Flow:
                 # the empty tuple, a singleton in CPython: an identity test, not a truth test.
                 if args is _NO_ARGS:
                     res = func(step)
-                elif type(args) is not tuple:  # values from C: fit() to what func declares
-                    res = func(step, *args.fit(func))  # type: ignore[union-attr]
-                elif len(args) == 1:
-                    res = func(step, args[0])
-                else:
-                    res = func(step, *args)
+                elif type(args) is tuple:
+                    if len(args) == 1:  # noqa: SIM108 (a statement: fewer instructions compiled)
+                        res = func(step, args[0])
+                    else:
+                        res = func(step, *args)
+                elif type(args) is int:  # repeat()'s index: the iteration's one argument
+                    res = func(step, args)
+                else:  # values from C: fit() to what func declares
+                    res = func(step, *args.fit(func))
             except BaseException as exc:
                 if not self.interrupt:
                     if self._step_raised(exc) is not GO_ON:

@@ -30,9 +30,11 @@ class _Loop:
 
     def __call__(self, asi: AsyncSteps, *args: Any) -> None:
         kind = self.kind
-        it: Iterator[tuple[Any, ...]]
+        # What each iteration is called with: repeat()'s index alone (the engine calls the
+        # step with it as the one argument, no tuple made per iteration), else a tuple.
+        it: Iterator[Any]
         if kind == _REPEAT:
-            it = zip(range(self.data))
+            it = iter(range(self.data))
         elif kind == _FOR_EACH:
             data = self.data
             it = iter(data.items()) if isinstance(data, Mapping) else enumerate(data)
@@ -49,7 +51,7 @@ class _Loop:
 class _LoopRun:
     __slots__ = ("builtin", "func", "it", "label")
 
-    def __init__(self, it: Iterator[tuple[Any, ...]], label: str | None, func: StepFunc,
+    def __init__(self, it: Iterator[Any], label: str | None, func: StepFunc,
                  builtin: bool) -> None:
         self.it = it
         self.label = label

@@ -165,6 +165,9 @@ def _task_coroutines() -> list[Any]:
     return coros
 
 
+#: The type of a ``repeat()``'s iterator (``iter(range(count))``).
+_RANGE_ITERATOR = type(iter(range(1)))
+
 #: The code of ``AsyncSteps.promise()``: a frame of it on the stack holds its driver.
 _PROMISE = AsyncSteps.promise.__code__
 
@@ -404,8 +407,7 @@ def _iteration(frame: AsyncSteps, it: Any) -> int | None:
         return None
     try:
         reduced = it.__reduce__()
-        if type(it) is zip:  # repeat(): zip(range_iterator)
-            reduced = reduced[1][0].__reduce__()
+        if type(it) is _RANGE_ITERATOR:  # repeat(): iter(range(count))
             if reduced[2] is None:  # CPython >= 3.12: (iter, (the range left,), None)
                 return int(reduced[1][0].start) - 1
             return int(reduced[2]) - 1

@@ -24,6 +24,30 @@ async def test_repeat_passes_index_and_ends_with_no_args() -> None:
     assert seen == [0, 1, 2, ()]
 
 
+async def test_repeat_calls_each_iteration_with_its_index_alone() -> None:
+    """An iteration's one argument is its index, whatever the body declares, in every kind of
+    step; the sub-steps an iteration adds start with no arguments, as after any step."""
+    seen: list[Any] = []
+
+    def varargs(asi: AsyncSteps, *args: Any) -> None:
+        seen.append(("varargs", args))
+
+    async def coroutine(asi: AsyncSteps, i: int) -> None:
+        seen.append(("coroutine", i))
+
+    def adds(asi: AsyncSteps, i: int) -> None:
+        seen.append(("adds", i))
+        asi.add(lambda asi, *args: seen.append(("sub-step", args)))
+
+    asi = AsyncSteps()
+    asi.add(lambda asi: asi.repeat(2, varargs))
+    asi.add(lambda asi: asi.repeat(2, coroutine))
+    asi.add(lambda asi: asi.repeat(2, adds))
+    await asi.promise()
+    assert seen == [("varargs", (0,)), ("varargs", (1,)), ("coroutine", 0), ("coroutine", 1),
+                    ("adds", 0), ("sub-step", ()), ("adds", 1), ("sub-step", ())]
+
+
 async def test_for_each_over_list_and_mapping() -> None:
     seen: list[Any] = []
 
