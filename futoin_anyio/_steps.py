@@ -21,7 +21,7 @@ from anyio.lowlevel import checkpoint_if_cancelled as _checkpoint_if_cancelled
 
 from . import _flow as _runner
 from . import _instrument as _ins
-from ._driver import BURST, _execute
+from ._driver import BURST, _Driver, _execute
 from ._errors import Errors, FutoInError
 from ._flow import _Flow, _flow_deadline, _start_root
 from ._frame import (
@@ -67,6 +67,14 @@ from ._types import (
     StepFunc,
     _Item,
 )
+
+if TYPE_CHECKING:  # the stand-in's typed decorators
+    from . import _nocython as cython
+else:
+    try:
+        import cython
+    except ImportError:  # its decorators are no-ops in the pure build
+        from . import _nocython as cython
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -328,6 +336,9 @@ class AsyncSteps(_Frame):
 
     # -- execution API (§2.2.2) -----------------------------------------------------------------
 
+    # Typed locals: the compiled build reads their fields in C (a step's ``_flow`` and a flow's
+    # ``driver`` are untyped fields, their modules importing each other).
+    @cython.locals(flow=_Flow, driver=_Driver)
     def success(self, *args: Any) -> None:
         """Complete this step with ``args`` for the next step.
 
@@ -337,15 +348,17 @@ class AsyncSteps(_Frame):
         """
         st = self._status
         if st is EXEC or st is HANDLER:
-            if get_ident() != self._flow.driver._thread:  # type: ignore[union-attr]
+            flow = self._flow
+            driver = flow.driver  # type: ignore[union-attr]
+            if get_ident() != driver._thread:
                 if st is EXEC and self._ext is not None and self._ext.waiting:
                     # Handed to another thread before the step returned: done once it waits.
-                    self._flow.driver._from_thread(self._external_success, args)  # type: ignore[union-attr]
+                    driver._from_thread(self._external_success, args)
                     return
                 _wrong_thread("success() of a step that does not wait for an external event")
             if self._queue:
                 _internal("success() after sub-steps were added in the same step")
-            self._flow.args = args  # type: ignore[union-attr]
+            flow.args = args  # type: ignore[union-attr]
             self._status = DONE
         elif st is WAIT:
             driver = self._flow.driver  # type: ignore[union-attr]

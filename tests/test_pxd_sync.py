@@ -248,16 +248,21 @@ def test_free_lists_serve_new_objects(name: str) -> None:
 
 
 def test_nocython_stands_in_for_the_decorators() -> None:
-    """Where Cython is not installed, ``_frame`` and ``_flow`` take ``_nocython`` for
-    ``cython``: its decorators leave a class as it is, and it says the build is not compiled."""
+    """Where Cython is not installed, ``_frame``, ``_flow`` and ``_steps`` take ``_nocython``
+    for ``cython``: its decorators leave a class or a function as it is, and it says the build
+    is not compiled."""
     from futoin_anyio import _nocython
 
     class Probe:
         pass
 
+    def probe() -> None:
+        pass
+
     assert _nocython.compiled is False
     assert _nocython.cclass(Probe) is Probe
     assert _nocython.freelist(8)(Probe) is Probe
+    assert _nocython.locals(x=int, y=Probe)(probe) is probe
 
 
 def test_the_pure_build_imports_without_cython(tmp_path: Path) -> None:
@@ -273,7 +278,8 @@ def test_the_pure_build_imports_without_cython(tmp_path: Path) -> None:
             "assert not futoin_anyio.COMPILED and 'futoin_anyio._nocython' in sys.modules; "
             "seen = []; root = AsyncSteps(); "
             "root.add(lambda asi: asi.repeat(3, lambda asi, i: seen.append(i))); "
-            "anyio.run(root.promise); assert seen == [0, 1, 2], seen; print('ok')")
+            "root.add(lambda asi: asi.success(7)); root.add(lambda asi, v: seen.append(v)); "
+            "anyio.run(root.promise); assert seen == [0, 1, 2, 7], seen; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr
