@@ -62,7 +62,7 @@ cdef class _Driver:
     cpdef Alarm _take_spare(self, deadline, due)
 
 
-@cython.locals(tool=_Driver)
+@cython.locals(tool=_Driver, roots=set)
 cpdef _execute(_Frame root, unhandled_error=*)
 
 @cython.locals(handle=Handle)

@@ -128,9 +128,11 @@ def _execute(root: AsyncSteps, unhandled_error: Callable[[str], object] | None =
     root._started = True
     root._tool = tool
     root._unhandled = unhandled_error
-    roots = tool._roots  # a hot path: the containers are made here when first needed
-    if roots is _EMPTY:
-        roots = tool._roots = set()
+    # A hot path: the containers are made here when first needed. ``roots`` is a set, read
+    # once it is one (the compiled build adds to it in C).
+    if tool._roots is _EMPTY:
+        tool._roots = set()
+    roots = tool._roots
     roots.add(root)
     ready = tool._ready
     if ready is _EMPTY:
