@@ -201,6 +201,7 @@ class AsyncSteps(_Frame):
 
     # -- common API (§2.2.1) --------------------------------------------------------------------
 
+    @cython.locals(flow=_Flow, driver=_Driver)  # (see success())
     def add(self, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
         """Add a step (a sub-step, when called inside a step); returns ``self`` for chaining.
 
@@ -208,8 +209,11 @@ class AsyncSteps(_Frame):
         st = self._status
         if st is not EXEC and st is not MODEL and st is not HANDLER and st is not CORO:
             self._misuse("add()")
-        if st is not MODEL and get_ident() != self._flow.driver._thread:  # type: ignore[union-attr]
-            _wrong_thread("add()")
+        if st is not MODEL:
+            flow = self._flow
+            driver = flow.driver  # type: ignore[union-attr]
+            if get_ident() != driver._thread:
+                _wrong_thread("add()")
         if not callable(func):
             _internal(f"add(): the step must be callable, got {type(func).__name__}")
         if onerror is not None and not callable(onerror):
