@@ -1,6 +1,7 @@
 # The compiled build's declarations for _parallel.py: see _frame.pxd.
 cimport cython
 
+from futoin_anyio._driver cimport _Driver
 from futoin_anyio._flow cimport _Flow, _new_frame
 from futoin_anyio._frame cimport _end_ext, _Frame, _Switches
 

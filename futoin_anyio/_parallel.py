@@ -10,6 +10,7 @@ from threading import get_ident
 from typing import TYPE_CHECKING, Any
 
 from . import _instrument as _ins
+from ._driver import _Driver
 from ._final import refuse_subclasses
 from ._flow import _Flow, _halt, _new_frame, _stop_coroutines
 from ._frame import (
@@ -23,6 +24,14 @@ from ._frame import (
     _internal,
     _wrong_thread,
 )
+
+if TYPE_CHECKING:  # the stand-in's typed decorators
+    from . import _nocython as cython
+else:
+    try:
+        import cython
+    except ImportError:  # its decorators are no-ops in the pure build
+        from . import _nocython as cython
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -54,13 +63,18 @@ class ParallelSteps:
         self._results = results
         return self
 
+    # Typed locals: the compiled build reads their fields in C (a step's ``_flow`` and a flow's
+    # ``driver`` are untyped fields, their modules importing each other).
+    @cython.locals(flow=_Flow, driver=_Driver)
     def add(self, func: StepFunc, onerror: ErrorHandler | None = None) -> Self:
         """Add a branch: a step that runs as its own flow; returns ``self`` for chaining.
 
         Threads: as :meth:`AsyncSteps.add` (the loop's thread, once the root runs)."""
         flow = self._owner._flow
-        if flow is not None and get_ident() != flow.driver._thread:
-            _wrong_thread("parallel add()")
+        if flow is not None:
+            driver = flow.driver
+            if get_ident() != driver._thread:
+                _wrong_thread("parallel add()")
         if not callable(func):
             _internal(f"parallel add(): the step must be callable, got {type(func).__name__}")
         if onerror is not None and not callable(onerror):
@@ -124,6 +138,7 @@ class _ParallelRun:
         #: ``parallel(results=key)``: the state key of the branches' results.
         self.results: str | None = None
 
+    @cython.locals(flow=_Flow, driver=_Driver)  # (see ParallelSteps.add)
     def branch_done(self) -> None:
         self.remaining -= 1
         if self.remaining or self.over:
@@ -146,7 +161,8 @@ class _ParallelRun:
             values = [_as_result(branch.args) for branch in self.flows]
             frame.state[key] = values
             flow.args = (values,)
-        flow.driver._schedule(flow)
+        driver = flow.driver
+        driver._schedule(flow)
 
     def branch_failed(self, failed: _Flow, code: str) -> None:
         if self.over:

@@ -14,7 +14,7 @@ cdef class AsyncSteps(_Frame):
     pass
 
 
-@cython.locals(flow=_Flow)
+@cython.locals(flow=_Flow, driver=_Driver)
 cpdef bint _foreign_thread(_Frame step) except -1
 
 cpdef _Flow _start_flow(_Frame root, _Driver driver)

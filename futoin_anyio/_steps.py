@@ -381,6 +381,7 @@ class AsyncSteps(_Frame):
         an alias (``__call__ = success``) does not make the compiled build's type callable."""
         self.success(*args)
 
+    @cython.locals(flow=_Flow, driver=_Driver)  # (see success())
     def _external_success(self, args: tuple[Any, ...]) -> None:
         if self._status is not WAIT:
             # Only reached from another thread (same-thread calls are checked before): the
@@ -394,7 +395,8 @@ class AsyncSteps(_Frame):
         flow.stack.pop()
         if self._ext is not _WAIT_ONLY:  # a step that only waited has nothing to end
             _end_ext(self)
-        flow.driver._schedule(flow)
+        driver = flow.driver
+        driver._schedule(flow)
 
     def error(self, code: str, info: Any = None) -> NoReturn:
         """Fail this step with error ``code``; ``info`` goes to ``state.error_info``. Raises.
@@ -836,7 +838,8 @@ def _foreign_thread(step: AsyncSteps) -> bool:
     flow = step._flow
     if flow is None:
         return False
-    thread = flow.driver._thread
+    driver = flow.driver
+    thread = driver._thread
     return thread is not None and get_ident() != thread
 
 
