@@ -1,6 +1,8 @@
 # The compiled build's declarations for _mutex.py: see _frame.pxd.
 cimport cython
 
+from futoin_anyio._driver cimport _Driver
+from futoin_anyio._flow cimport _Flow
 from futoin_anyio._frame cimport _Switches
 from futoin_anyio._hooks cimport flow_key, go_on_with, on_exit
 
@@ -25,7 +27,8 @@ cdef class Mutex:
 # Module globals read by this module's code, held in C variables: from CPython 3.12 on,
 # Cython caches no module-global look-up (each read would be a dict look-up). They are
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
-cdef object DONE, Event, HELD, NEW, QUEUED, WaitQueue, _Flow, _ins, cancel_shielded_checkpoint
+cdef object DONE, Event, HELD, NEW, QUEUED, TYPE_CHECKING, WaitQueue, _ins
+cdef object cancel_shielded_checkpoint
 cdef object check_count, check_name, check_queue, check_section, checkpoint_if_cancelled
 cdef object dataclass, enter_thread, final, get_ident, lazy_binary, monotonic, state_name
 cdef object task_key

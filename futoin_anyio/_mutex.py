@@ -6,12 +6,13 @@ from dataclasses import dataclass
 from threading import get_ident
 from time import monotonic
 from types import TracebackType
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 from anyio import Event
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from . import _instrument as _ins
+from ._driver import _Driver
 from ._final import refuse_subclasses
 from ._flow import _Flow
 from ._frame import SWITCHES
@@ -29,6 +30,14 @@ from ._sync_common import (
 )
 from ._types import ErrorHandler, StepFunc, _Item
 from ._waitqueue import DONE, HELD, NEW, QUEUED, WaitQueue, state_name
+
+if TYPE_CHECKING:  # the stand-in's typed decorators
+    from . import _nocython as cython
+else:
+    try:
+        import cython
+    except ImportError:  # its decorators are no-ops in the pure build
+        from . import _nocython as cython
 
 __all__ = ("Mutex", "MutexStatistics")
 
@@ -74,11 +83,16 @@ class _Entry:
         self.asi: AsyncSteps | None = None  # the waiting step of a queued flow
         self.args: tuple[Any, ...] = ()  # its incoming arguments, for ``func``
 
+    # Typed locals: the compiled build reads their fields in C (a step's ``_flow`` and a flow's
+    # ``driver`` are untyped fields, their modules importing each other).
+    @cython.locals(flow=_Flow, driver=_Driver)
     def __call__(self, asi: AsyncSteps, *args: Any) -> None:
         entry = self if self.state is NEW else _Entry(self.mutex, self.func, self.onerror)
         mutex = entry.mutex
         key = entry.key = flow_key(asi)
-        if mutex._acquire_nowait(key, asi._flow.driver._thread):  # type: ignore[union-attr]
+        flow = asi._flow
+        driver = flow.driver  # type: ignore[union-attr]
+        if mutex._acquire_nowait(key, driver._thread):
             func = entry.func
             in_entry = getattr(type(func), "_runs_in_entry", False)
             if in_entry:
