@@ -194,10 +194,11 @@ class _Flow:
         container of a branch of ``par``."""
         self.driver = driver
         self.root = root
-        # Room for four frames (the base, a step, a sub-step and its own) that pops down to two
-        # keep: CPython's list gives room back, with a realloc, on a pop that leaves it under
-        # half full, and a list grown from one item makes room for eight (a loop's body at
-        # depth four would then realloc once per iteration). The del keeps the room of four.
+        # Room for four frames (the base, a step, its sub-step and that one's own), which pops
+        # down to two frames keep: CPython's list gives room back, with a realloc, on a pop
+        # that leaves it under half full, and a list grown from one item makes room for eight
+        # (a loop's body at depth four then reallocated it once per iteration). After the del,
+        # the list holds the base with room for four.
         stack = [base, base, base, base]
         del stack[1:]
         self.stack = stack
