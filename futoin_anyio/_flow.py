@@ -60,10 +60,13 @@ from ._loops import _loop_onerror
 from ._reasons import cancel_scope, flow_reason, timeout_info
 from ._state import State
 
-try:
-    import cython
-except ImportError:  # the decorators below are no-ops in the pure build
-    from . import _nocython as cython  # type: ignore[no-redef, unused-ignore]
+if TYPE_CHECKING:  # the stand-in's typed decorators
+    from . import _nocython as cython
+else:
+    try:
+        import cython
+    except ImportError:  # the decorators below are no-ops in the pure build
+        from . import _nocython as cython
 
 if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup

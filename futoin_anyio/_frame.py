@@ -11,10 +11,13 @@ from ._errors import Errors, FutoInError
 #: True in the compiled build (Cython makes ``cython.compiled`` a constant), False in the pure
 #: one, with or without Cython installed.
 COMPILED: bool
-try:
-    import cython
-except ImportError:  # the decorators below are no-ops in the pure build
-    from . import _nocython as cython  # type: ignore[no-redef, unused-ignore]
+if TYPE_CHECKING:  # the stand-in's typed decorators
+    from . import _nocython as cython
+else:
+    try:
+        import cython
+    except ImportError:  # the decorators below are no-ops in the pure build
+        from . import _nocython as cython
 COMPILED = bool(cython.compiled)
 
 if TYPE_CHECKING:
