@@ -7,6 +7,7 @@ futoin-asyncsteps 2.5): at each level the cancel handler runs before the error h
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import Any
 
 import anyio
@@ -480,3 +481,39 @@ async def test_tool_block_left_early_ends_coroutines_before_cancel_handlers(how:
             scope.cancel()
             await anyio.sleep_forever()
     assert log == ["B finally", "B_cancel", "A_cancel"]
+
+
+async def test_a_flow_that_never_awaits_yields_each_burst_and_is_cancelled_from_outside() -> None:
+    """An endless loop of plain steps yields to the event loop once a burst (the backend's own
+    checkpoint): another task runs between bursts, and its cancellation of the scope around
+    ``promise()`` ends the loop with the backend's cancellation, which the scope catches."""
+    from futoin_anyio._driver import BURST
+
+    iterations = 0
+    seen: list[int] = []
+
+    def body(asi: AsyncSteps) -> None:
+        nonlocal iterations
+        iterations += 1
+
+    root = AsyncSteps()
+    root.add(lambda asi: asi.loop(body))
+    with anyio.fail_after(30):  # a swallowed cancellation would loop for ever
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+
+                async def between_bursts() -> None:
+                    for _ in range(3):
+                        await checkpoint()
+                        seen.append(iterations)
+                    scope.cancel()
+
+                tg.start_soon(between_bursts)
+                await root.promise()
+    assert scope.cancelled_caught
+    # The loop's first burst ran before the other task's first turn, and it went on between
+    # that task's turns: at most a burst on each side of a turn of the scheduler (trio orders
+    # the tasks of a turn at random).
+    assert len(seen) == 3 and seen == sorted(seen) and seen[0] >= BURST
+    assert all(later - earlier <= 2 * BURST for earlier, later in itertools.pairwise(seen))
+    assert iterations - seen[2] <= 2 * BURST  # and the cancellation got in at the next yield
