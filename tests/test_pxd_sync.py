@@ -248,9 +248,9 @@ def test_free_lists_serve_new_objects(name: str) -> None:
 
 
 def test_nocython_stands_in_for_the_decorators() -> None:
-    """Where Cython is not installed, ``_frame``, ``_flow`` and ``_steps`` take ``_nocython``
-    for ``cython``: its decorators leave a class or a function as it is, and it says the build
-    is not compiled."""
+    """Where Cython is not installed, the modules that import ``cython`` (``_frame``, ``_flow``,
+    ``_steps``, ``_parallel``, ``_mutex``) take ``_nocython``: its decorators leave a class or a
+    function as it is, and it says the build is not compiled."""
     from futoin_anyio import _nocython
 
     class Probe:
