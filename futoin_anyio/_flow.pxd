@@ -28,6 +28,7 @@ cdef class _Flow:
     cpdef _root_done(self)
     cpdef _start_coroutine(self, _Frame step, coro)
     cpdef object outcome(self)
+    cpdef object failure(self)
 
 
 @cython.locals(frame=_Frame)

@@ -199,11 +199,11 @@ class _Flow:
         self.root = root
         # Room for four frames (the base, a step, its sub-step and that one's own), which pops
         # down to two frames keep: CPython's list gives room back, with a realloc, on a pop
-        # that leaves it under half full, and a list grown from one item makes room for eight
-        # (a loop's body at depth four then reallocated it once per iteration). After the del,
-        # the list holds the base with room for four.
-        stack = [base, base, base, base]
-        del stack[1:]
+        # that leaves it under half full, and a list made with two or more items grows to room
+        # for eight on its next append (a loop's body at depth four then reallocated it once
+        # per iteration). An empty list's first append makes room for four.
+        stack: list[AsyncSteps] = []
+        stack.append(base)
         self.stack = stack
         self.par = par
         self.args: tuple[Any, ...] = _NO_ARGS
@@ -673,8 +673,10 @@ class _Flow:
 
     def _finish(self, code: str | None) -> None:
         self.finished = True
-        self.stack[0]._status = DONE
-        self.stack[0]._queue = None  # steps that never ran (after an error) go now
+        stack = self.stack
+        base = stack[0]
+        base._status = DONE
+        base._queue = None  # steps that never ran (after an error) go now
         self.result_code = code
         par = self.par
         if par is None:
@@ -687,7 +689,7 @@ class _Flow:
         else:
             # A finished branch lets go of its container and parallel run (_drop_links(),
             # written out on this hot path).
-            self.stack.clear()
+            stack.clear()
             self.par = None
             if code is None:
                 par.branch_done()
@@ -716,25 +718,36 @@ class _Flow:
                                  code, self.root.state.get("error_info"))
 
     def outcome(self) -> Any:
+        """The finished flow's result: the last ``success()`` arguments (``None`` for none, the
+        value for one, a tuple for several). Only once :meth:`failure` gave ``None``."""
+        args = self.args
+        if not args:
+            return None
+        return args[0] if len(args) == 1 else args
+
+    def failure(self) -> FutoInError | None:
+        """What ``promise()`` raises for the finished flow, or ``None`` if it succeeded.
+
+        Returned, not raised: the caller raises it, so that the traceback has no frame of this
+        method (in the compiled build each frame of a traceback is an object of its own, and a
+        failed root's error is often kept in a cycle with its caller's frame).
+        """
         code = self.result_code
         if code is None:
-            args = self.args
-            if not args:
-                return None
-            return args[0] if len(args) == 1 else args
+            return None
         state = self.root.state
         last = state.get("last_exception")
         if code == Errors.Cancelled:
             reason: str | None = getattr(self, "cancel_reason", None)
-            raise FutoInError(Errors.Cancelled, "the root was cancelled" if reason is None
-                              else f"the root was cancelled: {reason}")
+            return FutoInError(Errors.Cancelled, "the root was cancelled" if reason is None
+                               else f"the root was cancelled: {reason}")
         info = state.get("error_info")
         if isinstance(last, FutoInError) and last.code == code and last.info is info:
-            raise last
+            return last
         err = FutoInError(code, info)
         if isinstance(last, BaseException):
-            raise err from last
-        raise err
+            err.__cause__ = last  # (raise err from last)
+        return err
 
     # -- coroutine steps --------------------------------------------------------------------------
 

@@ -102,9 +102,11 @@ class _Entry:
                     entered = func._admit(asi)  # type: ignore[union-attr]
                 except BaseException:
                     mutex._release(key)
+                    entry.key = None  # (as in leave())
                     raise
                 if entered is None:  # the rate's queue is full
                     mutex._release(key)
+                    entry.key = None
                     raise func.throttle._queue.rejection()  # type: ignore[union-attr]
             entry.state = HELD
             on_exit(asi, _Entry.leave, entry)
@@ -142,9 +144,14 @@ class _Entry:
             self.asi = None
             self.mutex._queue.discard(self)
         elif state is HELD:
-            self.mutex._release(self.key)
-            if SWITCHES.active and isinstance(self.key, _Flow):
-                _ins.sync(self.key, "sync_left", self.mutex._label)
+            key = self.key
+            self.mutex._release(key)
+            if SWITCHES.active and isinstance(key, _Flow):
+                _ins.sync(key, "sync_left", self.mutex._label)
+        # The flow let go: a failed root's state keeps its steps' functions (``async_stack``),
+        # this entry among them, and the root's error keeps its caller's frame, which keeps
+        # the root. Without the flow in that cycle, its driver and stack are freed at once.
+        self.key = None
 
     def __repr__(self) -> str:
         return f"<Mutex.sync {self.func!r} {state_name(self.state)}>"

@@ -674,6 +674,9 @@ class AsyncSteps(_Frame):
                     await _cancel_shielded_checkpoint()
         if SWITCHES.active:
             _ins.ended(self, driver, flow.result_code)
+        error = flow.failure()
+        if error is not None:
+            raise error
         return flow.outcome()
 
     def cancel(self, reason: str | None = None) -> None:

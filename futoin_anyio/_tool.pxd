@@ -14,3 +14,7 @@ cdef class AsyncTool(_Driver):
 
 @cython.locals(tool=AsyncTool)
 cpdef AsyncTool private_tool()
+
+
+# Module globals read by this module's code, held in C variables (see _frame.pxd).
+cdef object _EMPTY, deque

@@ -11,6 +11,7 @@ the ``async with`` block), :class:`Handle` (defined with the driver, which makes
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from threading import get_ident
@@ -20,7 +21,7 @@ from weakref import ReferenceType
 
 from anyio import create_task_group
 
-from ._driver import Handle, _current_tool, _Driver, _foreign, _unwrap_group
+from ._driver import _EMPTY, Handle, _current_tool, _Driver, _foreign, _unwrap_group
 from ._errors import Errors, FutoInError
 from ._final import refuse_subclasses
 from ._frame import _internal
@@ -95,7 +96,10 @@ class AsyncTool(_Driver):
         thread = self._thread
         if thread is None or get_ident() == thread:
             self._pending += 1
-            self._ready_queue().append(handle)
+            ready = self._ready  # _ready_queue(), inlined
+            if ready is _EMPTY:
+                ready = self._ready = deque()
+            ready.append(handle)
             if self._sleep_scope is not None or self._inline is not None:
                 self._wake()
         else:

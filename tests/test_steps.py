@@ -199,6 +199,8 @@ async def test_python_exception_becomes_internal_error() -> None:
     assert seen == [(Errors.InternalError, "ValueError: bad value")]
     assert info.value.code == Errors.InternalError
     assert isinstance(info.value.__cause__, ValueError)
+    assert info.value.__suppress_context__  # as ``raise ... from``: the cause is the story
+    assert info.value.__cause__ is asi.state.last_exception
     assert str(info.value).startswith("InternalError")
 
 
