@@ -807,34 +807,6 @@ def scope_class(library: str) -> type[CancelScope]:
     return cls
 
 
-async def _await_step(step: AsyncSteps, scope: CancelScope) -> tuple[Any, BaseException | None]:
-    """Await the coroutine of ``step`` in ``scope``: ``(result, error)``.
-
-    The backend's cancellation, and a group of nothing but cancellations (from a nursery or task
-    group inside the step), go out unchanged to the scope that owns them; so do
-    ``KeyboardInterrupt`` and the like. Anything else is the step's error.
-
-    For a coroutine task (:func:`_run_coroutine`). :meth:`_Driver._run_inline` has the same
-    judgement inlined (one frame less per blocked ``promise()`` root): change both together.
-    """
-    ext = step._ext
-    assert ext is not None
-    ext.scope = scope
-    coro = ext.coro
-    assert coro is not None
-    try:
-        return await coro, None
-    except Exception as exc:
-        return None, exc
-    except BaseExceptionGroup as group:
-        if not _judgeable_group(group):
-            raise
-        return None, group
-    finally:
-        ext.coro = None
-        ext.scope = None
-
-
 async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> None:
     """The task of a coroutine step of a concurrent flow: runs it in the step's own scope."""
     flow = step._flow
@@ -852,13 +824,27 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
             return
         library = driver._library
         with (_scope_classes.get(library) or scope_class(library))() as scope:
+            # What the coroutine ends with is judged here: the backend's cancellation, and a
+            # group of nothing but cancellations (from a nursery or task group inside the
+            # step), go out unchanged to the scope that owns them; KeyboardInterrupt and the
+            # like are fatal to the driver; anything else is the step's error.
+            # :meth:`_Driver._run_inline` has the same judgement: change both together.
+            ext.scope = scope
             try:
-                result, error = await _await_step(step, scope)
+                result = await coro
+            except Exception as exc:
+                error = exc
             except BaseException as exc:
-                if isinstance(exc, (get_cancelled_exc_class(), BaseExceptionGroup)):
+                if isinstance(exc, BaseExceptionGroup) and _judgeable_group(exc):
+                    error = exc
+                elif isinstance(exc, (get_cancelled_exc_class(), BaseExceptionGroup)):
                     raise  # cancellation: our scope absorbs its own, anything else goes out
-                driver._report_fatal(exc)
-                return
+                else:
+                    driver._report_fatal(exc)
+                    return
+            finally:
+                ext.coro = None
+                ext.scope = None
         if driver._sleep_scope is driver and not driver._exit_server:
             # The driver's task waits in the group's exit (trio, see _Driver._drive): this task
             # serves what its end makes ready (and the wait it ends, below), before it ends.

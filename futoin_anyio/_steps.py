@@ -621,7 +621,8 @@ class AsyncSteps(_Frame):
             finally:
                 driver._current = None
                 if COMPILED:
-                    _first_runs.remove(driver)
+                    # (No other first run can start meanwhile: a step cannot await.)
+                    _first_runs.pop()
             if not flow.finished:
                 # It waits. The flow dump finds it in its task's await chain (the compiled
                 # build's promise() through the closure its coroutine holds): nothing to list.
@@ -629,7 +630,9 @@ class AsyncSteps(_Frame):
                         and not driver._need_tg:
                     # The usual case (an async def step reached): no _loop() frame in between.
                     await driver._run_inline()
-                if not flow.finished:
+                if not flow.finished and not driver._need_tg:
+                    # (A branch's coroutine waiting for a task group: _loop() would return at
+                    # once, a coroutine made and dropped.)
                     await driver._loop(flow)
                 if driver._needs_task_group():
                     await driver._drive(flow)
