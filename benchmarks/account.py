@@ -30,6 +30,13 @@ The ``rejected`` path counts the same for requests the admission refuses at once
 limiter and admission let one request in per 10^6 s: the warm-up's first; every counted request
 is refused).
 
+``--time ROUNDS`` also times each side: per backend and path, ``ROUNDS`` alternating rounds
+(the sides' order rotating), each a fresh event loop that runs a warm-up and then ``n``
+requests, read with ``time.process_time()`` with the cyclic collector on; the median of the
+rounds, in µs per request. The same request code as the gateway's front without its sockets and
+JSON, so far less spread from run to run than ``benchmarks.gateway`` (a benchmark: nothing
+checks a figure).
+
 Everything is divided by ``n``. The counts are deterministic for a given Python, AnyIO and trio
 (objects and calls may differ by a fraction of one per request between runs).
 """
@@ -41,8 +48,10 @@ import asyncio
 import gc
 import importlib.util
 import json
+import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -262,6 +271,38 @@ async def _count_tasks(backend: str, requests: Callable[[int], Any], n: int) -> 
     return spawned[0]
 
 
+async def _time(impl: str, backend: str, n: int, path: str) -> float:
+    requests, _ = front_in_memory(impl, backend, path)
+    await requests(WARMUP)
+    start = time.process_time()
+    await requests(n)
+    return (time.process_time() - start) / n * 1e6
+
+
+def timing(backend: str, n: int, rounds: int, path: str = "ok") -> dict[str, Any]:
+    """CPU µs per request of each side: the median of ``rounds`` alternating rounds of ``n``."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    figures: dict[str, list[float]] = {impl: [] for impl in IMPLS}
+    for round_ in range(rounds):
+        order = IMPLS if round_ % 2 == 0 else IMPLS[::-1]
+        for impl in order:
+            figures[impl].append(anyio.run(_time, impl, backend, n, path, backend=backend))
+    return {"backend": backend, "path": path, "n": n, "rounds": rounds,
+            **{impl: statistics.median(values) for impl, values in figures.items()}}
+
+
+def render_times(rows: list[dict[str, Any]]) -> str:
+    """One line per backend and path: plain and futoin µs per request, and their ratio."""
+    out = ["| backend | path | plain µs/request | futoin µs/request | futoin / plain |",
+           "| --- | --- | ---: | ---: | ---: |"]
+    for row in rows:
+        plain, ours = row["plain"], row["futoin"]
+        out.append(f"| {row['backend']} | {row['path']} | {plain:,.1f} | {ours:,.1f} | "
+                   f"{ours / plain:.2f} |")
+    return "\n".join(out)
+
+
 def account(impl: str, backend: str, n: int, path: str = "ok") -> dict[str, Any]:
     """The counts per request of ``n`` requests of ``impl`` on ``backend`` taking ``path``."""
     result: dict[str, Any] = anyio.run(_account, impl, backend, n, path, backend=backend)
@@ -298,17 +339,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--paths", default=",".join(PATHS), help="ok, rejected, or both")
     parser.add_argument("--json", type=Path, help="write the counts here")
+    parser.add_argument("--time", type=int, metavar="ROUNDS", default=0,
+                        help="also time each side: CPU per request, median of ROUNDS rounds")
     args = parser.parse_args(argv)
+    if args.time < 0:
+        parser.error(f"--time must be >= 0 rounds, got {args.time}")
+    backends, paths = args.backends.split(","), args.paths.split(",")
     rows = [account(impl, backend, args.n, path)
-            for backend in args.backends.split(",") for path in args.paths.split(",")
-            for impl in IMPLS]
+            for backend in backends for path in paths for impl in IMPLS]
     print(f"Per request of the gateway's front, in process, {args.n} requests per count "
           f"(Python {sys.version.split()[0]}, anyio {_version('anyio')}, "
           f"trio {_version('trio')})")
     print()
     print(render(rows))
+    times = []
+    if args.time:
+        times = [timing(backend, args.n, args.time, path)
+                 for backend in backends for path in paths]
+        print()
+        print(f"CPU per request (time.process_time(), the collector on), median of {args.time} "
+              f"alternating rounds of {args.n} requests:")
+        print()
+        print(render_times(times))
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        payload: Any = rows if not times else {"counts": rows, "times": times}
+        args.json.write_text(json.dumps(payload, indent=1) + "\n")
     return 0
 
 

@@ -7,7 +7,9 @@ cancel scope, the two backend calls' tasks, Python calls, objects), never how ma
 from __future__ import annotations
 
 import itertools
+import json
 import sys
+from pathlib import Path
 
 import anyio
 import pytest
@@ -47,6 +49,33 @@ def test_account_of_rejected_requests(backend: str) -> None:
     assert plain["cyclic"] == 0, plain  # a refusal is a return: nothing for the collector
     table = account.render(rows)
     assert f"| {backend} | rejected | cyclic |" in table
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_account_times_each_side(backend: str) -> None:
+    # The timing's figures are benchmarks: checked only for being there and in the table.
+    row = account.timing(backend, 10, 2, "rejected")
+    assert (row["backend"], row["path"], row["n"], row["rounds"]) == (backend, "rejected", 10, 2)
+    assert row["plain"] > 0 and row["futoin"] > 0, row
+    table = account.render_times([row])
+    assert table.splitlines()[2].startswith(f"| {backend} | rejected | ")
+    assert table.splitlines()[2].endswith(f" | {row['futoin'] / row['plain']:.2f} |")
+
+
+def test_account_time_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "account.json"
+    assert account.main(["-n", "8", "--backends", "asyncio", "--paths", "rejected", "--time",
+                         "1", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "CPU per request" in printed and "| asyncio | rejected | " in printed
+    saved = json.loads(out.read_text())
+    assert [r["impl"] for r in saved["counts"]] == ["plain", "futoin"]
+    assert [(t["backend"], t["rounds"]) for t in saved["times"]] == [("asyncio", 1)]
+    with pytest.raises(SystemExit):
+        account.main(["--time", "-1"])
+    assert "--time must be >= 0 rounds, got -1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="rounds must be >= 1, got 0"):
+        account.timing("asyncio", 1, 0)
 
 
 def test_account_path_is_checked() -> None:
