@@ -385,8 +385,27 @@ def test_seq_ceiling_prints_the_bare_call_and_both_backends(
     assert seq_ceiling.bare_call(2_000) > 0
     assert seq_ceiling.main(["--no-js", "--rounds", "1", "-n", "2000"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    rows = {line[:26].strip(): line[26:].split() for line in lines[2:]}
+    rows = {line[:26].strip(): line[26:].split() for line in lines[2:5]}
     assert set(rows) == {"bare call (no engine)", "futoin_anyio asyncio", "futoin_anyio trio"}
     for rate, ns, ratio in rows.values():
         assert float(rate) > 0 and int(ns) > 0
         assert ratio == "n/a"  # no JS side asked for
+    # The event loop's turn, alone, per backend (no JS side: no node turn either), its share
+    # of an iteration, and ours without it.
+    turns = {line[:26].strip(): line[26:].split() for line in lines[8:10]}
+    assert set(turns) == {"asyncio", "trio"}
+    for per_turn, per_step in turns.values():
+        assert float(per_turn) > 0
+        assert float(per_step) == pytest.approx(float(per_turn) / 100, abs=0.1)
+    less = {line[:26].strip(): line[26:].split() for line in lines[11:]}
+    assert set(less) == {"asyncio less its turns", "trio less its turns"}
+    for backend in ("asyncio", "trio"):
+        rate, ns, ratio = less[f"{backend} less its turns"]
+        assert int(ns) <= int(rows[f"futoin_anyio {backend}"][1]) and ratio == "n/a"
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_seq_ceiling_times_a_turn_of_the_event_loop(backend: str) -> None:
+    from benchmarks import seq_ceiling
+
+    assert 0 < seq_ceiling.loop_turn(backend, 200) < 0.01  # seconds per turn
