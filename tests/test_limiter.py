@@ -6,8 +6,11 @@ test runs on asyncio.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import math
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +19,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError
+from futoin_anyio import COMPILED, AsyncSteps, AsyncTool, Errors, FutoInError
 from futoin_anyio._limiter import Limiter, LimiterStatistics
 from futoin_anyio._mutex import Mutex
 from futoin_anyio._throttle import Throttle
@@ -457,3 +460,47 @@ def test_throttle_statistics_outside_event_loop() -> None:
     throttle = Throttle(2, 10_000)
     anyio.run(use, throttle)
     assert throttle.statistics().entries == 1  # the last known count, no loop to ask the time
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("refused_by", ["place", "rate"])
+async def test_a_refused_root_frees_its_flow_and_driver_at_once(refused_by: str) -> None:
+    # A failed root's error keeps this frame (its traceback) and this frame keeps the root,
+    # whose state keeps the error and the steps' functions (async_stack): a cycle the contract
+    # makes. The refused entry is one of those functions; it must not keep its flow, whose
+    # driver and stack would then wait for the cyclic collector too (the collector is off
+    # here: what is freed before the collect() below, reference counting freed).
+    limiter = Limiter(concurrent=1, max_queue=0, rate=1, period_ms=10**9, burst=0)
+    if refused_by == "rate":  # the one entry of this period
+        first = AsyncSteps()
+        first.sync(limiter, lambda asi: None)
+        await first.promise()
+    drivers: list[weakref.ref[Any]] = []
+
+    def look(asi: AsyncSteps) -> None:
+        drivers.append(weakref.ref(asi._flow.driver))  # type: ignore[union-attr]
+
+    root = AsyncSteps()
+    root.add(look)
+    root.sync(limiter, lambda asi: None)
+    gc.disable()
+    try:
+        async with contextlib.AsyncExitStack() as held:
+            if refused_by == "place":
+                await held.enter_async_context(limiter)
+            with pytest.raises(FutoInError) as info:
+                await root.promise()
+        assert info.value.code == Errors.DefenseRejected
+        assert info.value is root.state.last_exception
+        assert root.state.async_stack  # the refused entry is named there
+        assert drivers
+        if COMPILED:  # the compiled frames of the error's traceback keep no locals
+            assert drivers[0]() is None
+        # The pure build's keep theirs, the driver among them: it goes with the traceback's
+        # cycle, to the collector. In both, nothing else keeps it.
+        root.state.last_exception = None
+        del info
+        gc.collect()
+        assert drivers[0]() is None
+    finally:
+        gc.enable()
