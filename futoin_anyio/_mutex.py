@@ -148,9 +148,10 @@ class _Entry:
             self.mutex._release(key)
             if SWITCHES.active and isinstance(key, _Flow):
                 _ins.sync(key, "sync_left", self.mutex._label)
-        # The flow let go: a failed root's state keeps its steps' functions (``async_stack``),
-        # this entry among them, and the root's error keeps its caller's frame, which keeps
-        # the root. Without the flow in that cycle, its driver and stack are freed at once.
+        # Let go of the flow: a failed root's state keeps its steps' functions
+        # (``async_stack``), this entry among them, and the root's error keeps its caller's
+        # frame, which keeps the root. Out of that cycle, the flow, its driver and its stack
+        # are freed at once (in the compiled build: the pure one's traceback frames keep them).
         self.key = None
 
     def __repr__(self) -> str:
