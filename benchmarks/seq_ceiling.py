@@ -76,10 +76,8 @@ def _bare(n: int) -> float:
     return float(out.stdout)
 
 
-async def _turns(n: int) -> float:
-    import sniffio
-
-    if sniffio.current_async_library() == "trio":
+async def _turns(n: int, backend: str) -> float:
+    if backend == "trio":
         import trio
 
         turn: Any = trio.lowlevel.checkpoint
@@ -100,7 +98,7 @@ def loop_turn(backend: str, n: int) -> float:
     """Seconds per turn of ``backend``'s event loop, as the engine's driver yields for one."""
     import anyio
 
-    seconds: float = anyio.run(_turns, n, backend=backend)
+    seconds: float = anyio.run(_turns, n, backend, backend=backend)
     return seconds
 
 
