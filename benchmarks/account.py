@@ -338,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", type=int, default=2000, help="requests per count and side")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--paths", default=",".join(PATHS), help="ok, rejected, or both")
-    parser.add_argument("--json", type=Path, help="write the counts here")
+    parser.add_argument("--json", type=Path,
+                        help="write the counts here (with --time: the counts and the times)")
     parser.add_argument("--time", type=int, metavar="ROUNDS", default=0,
                         help="also time each side: CPU per request, median of ROUNDS rounds")
     args = parser.parse_args(argv)
