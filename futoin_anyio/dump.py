@@ -39,7 +39,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from threading import get_ident
 from types import FrameType
@@ -117,13 +117,9 @@ def _waiting_promises(coro: Any) -> list[object]:
     The pure build's ``promise()`` frame holds its driver. The compiled build's coroutine has
     a frame with no locals: its driver is a referent of the closure the coroutine holds (two
     ``gc.get_referents()`` calls on objects of this chain: no scan of the collector's objects).
-    The chain goes on through the wrapper an ``await`` of a coroutine of the other kind makes
-    (its one referent)."""
+    """
     drivers: list[object] = []
-    obj = coro
-    for _ in range(256):
-        if obj is None:
-            break
+    for obj in _chain(coro):
         if getattr(obj, "cr_code", None) is _PROMISE:
             frame = obj.cr_frame
             driver = None if frame is None else frame.f_locals.get("driver")
@@ -133,13 +129,6 @@ def _waiting_promises(coro: Any) -> list[object]:
                                for tool in gc.get_referents(held) if type(tool) is AsyncTool),
                               None)
             drivers.append(driver)
-        if hasattr(obj, "cr_await") or hasattr(obj, "gi_yieldfrom"):
-            obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
-        elif type(obj).__name__ == "coroutine_wrapper":  # an await's wrapper: its coroutine
-            inner = gc.get_referents(obj)
-            obj = inner[0] if len(inner) == 1 else None
-        else:
-            break
     return drivers
 
 
@@ -418,18 +407,34 @@ def _iteration(frame: AsyncSteps, it: Any) -> int | None:
     return None
 
 
+def _chain(coro: Any) -> Iterator[Any]:
+    """The objects of an await chain, outermost first: coroutines and generators (compiled
+    ones too, which may have no frame), on through the wrapper an ``await`` of a coroutine of
+    the other kind makes (its one referent), down to what the innermost one awaits."""
+    obj = coro
+    for _ in range(256):
+        if obj is None:
+            return
+        yield obj
+        if hasattr(obj, "cr_await") or hasattr(obj, "gi_yieldfrom"):
+            obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
+        elif type(obj).__name__ == "coroutine_wrapper":  # an await's wrapper: its coroutine
+            inner = gc.get_referents(obj)
+            obj = inner[0] if len(inner) == 1 else None
+        else:
+            return
+
+
 def _awaited(coro: Any) -> tuple[list[tuple[Any, FrameType]], Any]:
     """The coroutines (or generators) of an await chain with their frames, outermost first, and
     what the innermost one awaits that has no frame (a future, a trap; ``None`` if nothing)."""
     links: list[tuple[Any, FrameType]] = []
-    obj = coro
-    for _ in range(256):
+    for obj in _chain(coro):
         frame = (getattr(obj, "cr_frame", None) or getattr(obj, "gi_frame", None)
                  or getattr(obj, "ag_frame", None))
         if frame is None:
             return links, obj
         links.append((obj, frame))
-        obj = getattr(obj, "cr_await", None) or getattr(obj, "gi_yieldfrom", None)
     return links, None
 
 
