@@ -69,9 +69,11 @@ def _ours(backend: str, n: int) -> float:
     return float(json.loads(out.stdout.splitlines()[-1])["value"])
 
 
-def _bare(n: int) -> float:
+def _in_fresh_process(function: str, *args: object) -> float:
+    """What ``function(*args)`` of this module returns, called in a process of its own."""
+    call = f"{function}({', '.join(map(repr, args))})"
     out = subprocess.run([sys.executable, "-c",
-                          f"from benchmarks.seq_ceiling import bare_call; print(bare_call({n}))"],
+                          f"from benchmarks.seq_ceiling import {function}; print({call})"],
                          capture_output=True, text=True, check=True, cwd=ROOT)
     return float(out.stdout)
 
@@ -100,13 +102,6 @@ def loop_turn(backend: str, n: int) -> float:
 
     seconds: float = anyio.run(_turns, n, backend, backend=backend)
     return seconds
-
-
-def _turn(backend: str, n: int) -> float:
-    out = subprocess.run([sys.executable, "-c", "from benchmarks.seq_ceiling import loop_turn; "
-                          f"print(loop_turn({backend!r}, {n}))"],
-                         capture_output=True, text=True, check=True, cwd=ROOT)
-    return float(out.stdout)
 
 
 #: One ``setImmediate()`` turn of node's event loop after another, ``N`` times: seconds each.
@@ -153,10 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     turns: dict[str, float] = {}  # seconds per turn, the best round's
     turn_n = max(args.n // BURST["JS"], 1_000)
     for _ in range(args.rounds):
-        got = {"bare call (no engine)": _bare(args.n),
+        got = {"bare call (no engine)": _in_fresh_process("bare_call", args.n),
                "futoin_anyio asyncio": _ours("asyncio", args.n),
                "futoin_anyio trio": _ours("trio", args.n)}
-        took = {"asyncio": _turn("asyncio", turn_n), "trio": _turn("trio", turn_n)}
+        took = {backend: _in_fresh_process("loop_turn", backend, turn_n)
+                for backend in ("asyncio", "trio")}
         if modules is not None:
             records = run.run_js(modules, {"seq": [args.n]}, 1, 5.0, False, False)
             got["JS futoin-asyncsteps"] = float(records[0]["value"])
