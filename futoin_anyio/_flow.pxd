@@ -52,7 +52,7 @@ cpdef double _flow_deadline(_Flow flow) except? -1.0
 cdef object COMPILED, CancelScope, Coroutine, CoroutineType, Errors
 cdef object FAILED, FutoInError, GO_ON, PAUSED, State
 cdef object TYPE_CHECKING
-cdef object _NO_ARGS, _ins, _loop_onerror, _new, _run_cleanups, _scope_classes, cancel_scope, cast
+cdef object _NO_ARGS, _RUNNING, _ins, _loop_onerror, _new, _run_cleanups, _scope_classes, cancel_scope, cast
 cdef object flow_reason, get_cancelled_exc_class, logger, logging, math, partial, sys
 cdef object timeout_info
 

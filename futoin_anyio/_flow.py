@@ -112,6 +112,9 @@ SWITCHES.reuse = _step_reuse_proven()
 #: which the engine does not reset). Set by ``_steps``, which imports this module.
 _REUSABLE: type | None = None
 
+#: What ``_Flow.run``'s ``res`` holds while a step's function runs.
+_RUNNING: Final = object()
+
 logger = logging.getLogger("futoin_anyio")
 
 # What _Flow._unwind (and _step_raised, which unwinds) returns. Plain bools and None, so that a
@@ -249,98 +252,155 @@ class _Flow:
         # the chain of parents (each frame's ``_parent`` is the one below it), so a completed
         # frame's parent is the new top. Re-read only where something else changed the stack.
         frame = stack[-1]
-        while budget > 0:
-            q = frame._queue
-            if q:
-                item = q.pop()
-                if not q:  # a waiting flow keeps no empty lists for the GC to scan
-                    frame._queue = None
-                if type(item) is tuple:
-                    func, onerror = item
-                else:
-                    func = item  # type: ignore[assignment]
-                    onerror = None
-                args = self.args
-            else:
-                # The frame's queue is exhausted: the next loop iteration, or the frame
-                # completes.
-                if frame is base:
-                    self._finish(None)
-                    return budget
-                ext = frame._ext
-                if ext is not None:
-                    loop = ext.loop
-                    if loop is not None:
-                        # The last item's arguments let go first: enumerate() and a dict's items
-                        # then refill their tuple rather than make a new one.
-                        args = None
-                        # repeat() or loop(): a C iterator that cannot raise.
-                        if loop.builtin:
-                            args = next(loop.it, None)
-                        else:
-                            try:
-                                args = next(loop.it, None)
-                            except Exception as exc:
-                                # A collection changed, a generator raised.
-                                if self._step_raised(exc) is not GO_ON:
-                                    return budget
-                                if self.interrupt:
-                                    self._interrupted()
-                                    return budget
-                                frame = stack[-1]  # unwound
-                                continue
-                        if args is not None:
-                            # The iteration's arguments go to its call from here: the flow's
-                            # ``args`` are for steps taken from a queue (what success() gave).
-                            func = loop.func
-                            onerror = _loop_onerror
-                        else:
-                            # A loop that ends succeeds with no arguments.
-                            self.args = _NO_ARGS
-                            loop = None
-                    if loop is None:
-                        _end_ext(frame)
-                else:
-                    loop = None
-                if loop is None:
-                    frame._status = DONE
-                    stack.pop()
-                    frame = frame._parent  # type: ignore[assignment]
-                    continue
-            if spare is None:  # _new_frame(), inlined: this runs for every step
-                # cls.__new__(cls), spelt so: the compiled build calls the type's allocator
-                # in C (no look-up, no argument tuple); the pure build, object.__new__.
-                step: AsyncSteps = cls.__new__(cls)
-                step._state = state
-                step._flow = self
-                step._queue = None
-                step._ext = None
-                step._binary = None
-            else:
-                step = spare
-                spare = None
-            step._parent = frame
-            step._onerror = onerror
-            step._func = func
-            step._status = EXEC
-            stack.append(step)
-            budget -= 1
+        # One ``try`` spans the whole run (in the compiled build entering a ``try`` saves the
+        # thread's exception state), and only what a step's call raised is the step's error:
+        # ``res`` holds ``_RUNNING`` while a step's function runs, and its result then (one
+        # store per step, where a flag set and cleared would be two). Anything else propagates.
+        res: Any = None
+        while True:
             try:
-                # Calls with a fixed number of arguments run without building a tuple and,
-                # for a Python function, without a nested interpreter loop. No arguments are
-                # the empty tuple, a singleton in CPython: an identity test, not a truth test.
-                if args is _NO_ARGS:
-                    res = func(step)
-                elif type(args) is tuple:
-                    if len(args) == 1:  # noqa: SIM108 (a statement: fewer instructions compiled)
-                        res = func(step, args[0])
+                while budget > 0:
+                    q = frame._queue
+                    if q:
+                        item = q.pop()
+                        if not q:  # a waiting flow keeps no empty lists for the GC to scan
+                            frame._queue = None
+                        if type(item) is tuple:
+                            func, onerror = item
+                        else:
+                            func = item  # type: ignore[assignment]
+                            onerror = None
+                        args = self.args
                     else:
-                        res = func(step, *args)
-                elif type(args) is int:  # repeat()'s index: the iteration's one argument
-                    res = func(step, args)
-                else:  # values from C: fit() to what func declares
-                    res = func(step, *args.fit(func))
+                        # The frame's queue is exhausted: the next loop iteration, or the frame
+                        # completes.
+                        if frame is base:
+                            self._finish(None)
+                            return budget
+                        ext = frame._ext
+                        if ext is not None:
+                            loop = ext.loop
+                            if loop is not None:
+                                # The last item's arguments let go first: enumerate() and a
+                                # dict's items then refill their tuple rather than make a new one.
+                                args = None
+                                # repeat() or loop(): a C iterator that cannot raise.
+                                if loop.builtin:
+                                    args = next(loop.it, None)
+                                else:
+                                    try:
+                                        args = next(loop.it, None)
+                                    except Exception as exc:
+                                        # A collection changed, a generator raised.
+                                        if self._step_raised(exc) is not GO_ON:
+                                            return budget
+                                        if self.interrupt:
+                                            self._interrupted()
+                                            return budget
+                                        frame = stack[-1]  # unwound
+                                        continue
+                                if args is not None:
+                                    # The iteration's arguments go to its call from here: the
+                                    # flow's ``args`` are for steps taken from a queue (what
+                                    # success() gave).
+                                    func = loop.func
+                                    onerror = _loop_onerror
+                                else:
+                                    # A loop that ends succeeds with no arguments.
+                                    self.args = _NO_ARGS
+                                    loop = None
+                            if loop is None:
+                                _end_ext(frame)
+                        else:
+                            loop = None
+                        if loop is None:
+                            frame._status = DONE
+                            stack.pop()
+                            frame = frame._parent  # type: ignore[assignment]
+                            continue
+                    if spare is None:  # _new_frame(), inlined: this runs for every step
+                        # cls.__new__(cls), spelt so: the compiled build calls the type's allocator
+                        # in C (no look-up, no argument tuple); the pure build, object.__new__.
+                        step: AsyncSteps = cls.__new__(cls)
+                        step._state = state
+                        step._flow = self
+                        step._queue = None
+                        step._ext = None
+                        step._binary = None
+                    else:
+                        step = spare
+                        spare = None
+                    step._parent = frame
+                    step._onerror = onerror
+                    step._func = func
+                    step._status = EXEC
+                    stack.append(step)
+                    budget -= 1
+                    # Calls with a fixed number of arguments run without building a tuple and,
+                    # for a Python function, without a nested interpreter loop. No arguments are
+                    # the empty tuple, a singleton in CPython: an identity test, not a truth test.
+                    res = _RUNNING
+                    if args is _NO_ARGS:
+                        res = func(step)
+                    elif type(args) is tuple:
+                        if len(args) == 1:  # noqa: SIM108 (a statement: fewer instructions compiled)
+                            res = func(step, args[0])
+                        else:
+                            res = func(step, *args)
+                    elif type(args) is int:  # repeat()'s index: the iteration's one argument
+                        res = func(step, args)
+                    else:  # values from C: fit() to what func declares
+                        res = func(step, *args.fit(func))
+                    if self.interrupt:
+                        self._interrupted()
+                        return budget
+                    st = step._status
+                    if st is EXEC:
+                        # A coroutine of the compiled build (await_()'s own) is no
+                        # CoroutineType: the ABC check runs only for a result that is neither
+                        # None nor a CoroutineType (two calls, not one of a tuple: no tuple
+                        # built per step).
+                        if res is not None and (
+                                isinstance(res, CoroutineType) or isinstance(res, Coroutine)):  # noqa: SIM101
+                            self._start_coroutine(step, res)
+                            return budget
+                        q = step._queue
+                        if q:
+                            q.reverse()
+                            step._status = SUBSTEPS
+                            ext = step._ext
+                            if ext is None or ext.loop is None:  # a loop set its iteration's args
+                                self.args = _NO_ARGS  # sub-steps start with no arguments (as in JS)
+                            frame = step
+                            continue
+                        ext = step._ext
+                        if ext is not None:
+                            if ext.waiting:
+                                step._status = WAIT
+                                return budget
+                            _end_ext(step)
+                        self.args = _NO_ARGS
+                        step._status = DONE
+                        stack.pop()
+                    elif st is DONE:
+                        stack.pop()
+                        ext = step._ext
+                        if ext is not None:
+                            _end_ext(step)
+                    else:  # the step waits, or something it called moved the stack
+                        if not stack:  # its flow ended meanwhile
+                            return budget
+                        frame = stack[-1]
+                        continue
+                    # Two references: ``step`` and getrefcount's argument. Nobody kept the object.
+                    if reuse and ext is None and getrefcount(step) == 2 and step._queue is None \
+                            and step._binary is None:
+                        spare = step
+                break
             except BaseException as exc:
+                if res is not _RUNNING:
+                    raise
+                res = None
                 if not self.interrupt:
                     if self._step_raised(exc) is not GO_ON:
                         return budget
@@ -349,51 +409,6 @@ class _Flow:
                         continue
                 self._interrupted()
                 return budget
-            if self.interrupt:
-                self._interrupted()
-                return budget
-            st = step._status
-            if st is EXEC:
-                # A coroutine of the compiled build (await_()'s own) is no
-                # CoroutineType: the ABC check runs only for a result that is neither
-                # None nor a CoroutineType (two calls, not one of a tuple: no tuple
-                # built per step).
-                if res is not None and (
-                        isinstance(res, CoroutineType) or isinstance(res, Coroutine)):  # noqa: SIM101
-                    self._start_coroutine(step, res)
-                    return budget
-                q = step._queue
-                if q:
-                    q.reverse()
-                    step._status = SUBSTEPS
-                    ext = step._ext
-                    if ext is None or ext.loop is None:  # a loop set its iteration's args
-                        self.args = _NO_ARGS  # sub-steps start with no arguments (as in JS)
-                    frame = step
-                    continue
-                ext = step._ext
-                if ext is not None:
-                    if ext.waiting:
-                        step._status = WAIT
-                        return budget
-                    _end_ext(step)
-                self.args = _NO_ARGS
-                step._status = DONE
-                stack.pop()
-            elif st is DONE:
-                stack.pop()
-                ext = step._ext
-                if ext is not None:
-                    _end_ext(step)
-            else:  # the step waits, or something it called moved the stack
-                if not stack:  # its flow ended meanwhile
-                    return budget
-                frame = stack[-1]
-                continue
-            # Two references: ``step`` and getrefcount's argument. Nobody kept the object.
-            if reuse and ext is None and getrefcount(step) == 2 and step._queue is None \
-                    and step._binary is None:
-                spare = step
         self.driver._schedule(self)
         return 0
 
