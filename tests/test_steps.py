@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError, State
+from futoin_anyio._hooks import on_exit
 
 pytestmark = pytest.mark.anyio
 
@@ -202,6 +203,33 @@ async def test_python_exception_becomes_internal_error() -> None:
     assert info.value.__suppress_context__  # as ``raise ... from``: the cause is the story
     assert info.value.__cause__ is asi.state.last_exception
     assert str(info.value).startswith("InternalError")
+
+
+async def test_an_error_outside_a_steps_call_is_no_steps_error() -> None:
+    """The flow runner's one ``try`` spans its whole run (``_flow._Flow.run``): what raises in
+    it other than a step's function (here a frame's exit hook, as a Redis section's release
+    would) propagates out of ``promise()``, and no error handler takes it for a step's."""
+
+    class Boom(Exception):
+        pass
+
+    def hook(arg: object) -> None:
+        raise Boom(arg)
+
+    seen: list[object] = []
+
+    def inner(asi: AsyncSteps) -> None:
+        on_exit(asi, hook, "released")
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.add(inner, lambda asi, code: seen.append(("inner handler", code)))
+
+    root = AsyncSteps()
+    root.add(outer, lambda asi, code: seen.append(("outer handler", code)))
+    root.add(lambda asi: seen.append("next step"))
+    with pytest.raises(Boom, match="released"):
+        await root.promise()
+    assert seen == []
 
 
 async def test_error_handler_add_runs_steps_at_failed_level_and_succeeds() -> None:
