@@ -858,8 +858,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
                     driver._report_fatal(exc)
                     return
             finally:
-                ext.coro = None
-                ext.scope = None
+                ext.scope = None  # (ext.coro is let go in the finally below, on every path)
         if driver._sleep_scope is driver and not driver._exit_server:
             # The driver's task waits in the group's exit (trio, see _Driver._drive): this task
             # serves what its end makes ready (and the wait it ends, below), before it ends.
