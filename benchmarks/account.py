@@ -26,9 +26,11 @@ cyclic collector disabled:
 * **cyclic**: objects left for the cyclic collector: what ``gc.collect()`` finds unreachable
   after the pass.
 
-The ``rejected`` path counts the same for requests the admission refuses at once (the front's
-limiter and admission let one request in per 10^6 s: the warm-up's first; every counted request
-is refused).
+The ``retried`` path counts the same for requests whose backend ``b`` answers the retry code to
+its first call (the front calls it again: the plain side in the same task, the futoin side
+through the branch's error handler, which adds the step anew). The ``rejected`` path counts
+requests the admission refuses at once (the front's limiter and admission let one request in
+per 10^6 s: the warm-up's first; every counted request is refused).
 
 ``--time ROUNDS`` also times each side: per backend and path, ``ROUNDS`` alternating rounds
 (the sides' order rotating), each a fresh event loop that runs a warm-up and then ``n``
@@ -62,11 +64,11 @@ if __package__ in (None, ""):  # ``python benchmarks/account.py``
 import anyio
 
 from benchmarks._gateway_front import IMPLS, LIMIT, Admission, Conn, Front
-from benchmarks._gateway_load import expected_value, value_a, value_b
+from benchmarks._gateway_load import RETRY_CODE, expected_value, value_a, value_b
 from futoin_anyio import Limiter
 
 BACKENDS = ("asyncio", "trio")
-PATHS = ("ok", "rejected")
+PATHS = ("ok", "retried", "rejected")
 COUNTS = ("scopes", "tasks", "calls", "objects", "cyclic")
 WARMUP = 50
 
@@ -133,15 +135,18 @@ def object_counter() -> tuple[Any, str]:
 
 
 class _Memory:
-    """A backend link in memory: one checkpoint, then the answer."""
+    """A backend link in memory: one checkpoint, then the answer (with ``retry``, the retry
+    code to a first attempt)."""
 
-    __slots__ = ("checkpoint", "name")
+    __slots__ = ("checkpoint", "name", "retry")
 
-    def __init__(self, name: str, checkpoint: Callable[[], Any]) -> None:
-        self.name, self.checkpoint = name, checkpoint
+    def __init__(self, name: str, checkpoint: Callable[[], Any], retry: bool = False) -> None:
+        self.name, self.checkpoint, self.retry = name, checkpoint, retry
 
     async def call(self, req: dict[str, Any], attempt: int) -> tuple[int, str | None]:
         await self.checkpoint()
+        if self.retry and attempt == 1:
+            return 0, RETRY_CODE
         rid = req["id"]
         return (value_a(rid) if self.name == "a" else value_b(rid, attempt)), None
 
@@ -168,7 +173,7 @@ def front_in_memory(impl: str, backend: str,
         checkpoint = anyio.lowlevel.checkpoint
         scope_class = type(anyio.CancelScope())
     conn = Conn(send=None)  # type: ignore[arg-type]  # the account sends no reply
-    conn.a, conn.b = _Memory("a", checkpoint), _Memory("b", checkpoint)
+    conn.a, conn.b = _Memory("a", checkpoint), _Memory("b", checkpoint, path == "retried")
     process = front.process
     next_id = [0]
 
@@ -177,8 +182,8 @@ def front_in_memory(impl: str, backend: str,
             next_id[0] += 1
             rid = next_id[0]
             outcome, value = await process(conn, {"id": rid, "kind": "ok"})
-            if path == "ok":
-                if outcome != "ok" or value != expected_value(rid, "ok"):
+            if path != "rejected":
+                if outcome != path or value != expected_value(rid, path):
                     raise AssertionError(f"request {rid}: {outcome} {value}")
             elif outcome != "rejected" and rid > 1:
                 raise AssertionError(f"request {rid}: {outcome}, not rejected")
@@ -337,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=2000, help="requests per count and side")
     parser.add_argument("--backends", default=",".join(BACKENDS))
-    parser.add_argument("--paths", default=",".join(PATHS), help="ok, rejected, or both")
+    parser.add_argument("--paths", default=",".join(PATHS),
+                        help="a comma-separated list of: " + ", ".join(PATHS))
     parser.add_argument("--json", type=Path,
                         help="write the counts here (with --time: the counts and the times)")
     parser.add_argument("--time", type=int, metavar="ROUNDS", default=0,

@@ -19,7 +19,8 @@ collections off and makes one full collection at the end of each run: what items
 collector is still paid for, in proportion, without the timing of generational collections.
 Compare like with like (both figures with it, or both without).
 
-The gateway scenarios count one request of ``benchmarks.gateway``'s front (``gateway_ok``, and
+The gateway scenarios count one request of ``benchmarks.gateway``'s front (``gateway_ok``,
+``gateway_retried``: backend ``b`` answers the retry code to the first call, and
 ``gateway_rejected``: every request refused by the admission), run in process with its
 backends in memory (``benchmarks.account``); ``--side plain`` counts the plain twin. On trio
 they run in virtual time (``MockClock``) with trio's random order of each batch of ready tasks
@@ -55,6 +56,7 @@ PLAN: dict[str, tuple[str, int, int]] = {
     "tasks": ("native", 500, 5_500),
     "mutex_tasks": ("native", 300, 3_300),
     "gateway_ok": ("gateway", 500, 1_500),
+    "gateway_retried": ("gateway", 500, 1_500),
     "gateway_rejected": ("gateway", 1_000, 3_000),
 }
 #: The sides a gateway scenario has (``benchmarks.account``'s in-memory front).

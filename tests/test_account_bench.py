@@ -52,6 +52,22 @@ def test_account_of_rejected_requests(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_account_of_retried_requests(backend: str) -> None:
+    # Backend b answers the retry code to every first call: each counted request must come out
+    # "retried" with the second attempt's value (the account checks each outcome), and costs
+    # each side more calls than an ok one (the second call of b, and on futoin the retry step).
+    rows = []
+    for impl in ("plain", "futoin"):
+        ok, retried = (account.account(impl, backend, 20, path) for path in ("ok", "retried"))
+        assert retried["path"] == "retried"
+        assert retried["calls"] > ok["calls"], (ok, retried)
+        assert retried["scopes"] >= ok["scopes"], (ok, retried)
+        rows.append(retried)
+    table = account.render(rows)
+    assert f"| {backend} | retried | calls |" in table
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_account_times_each_side(backend: str) -> None:
     # The timing's figures are benchmarks: checked only for being there and in the table.
     row = account.timing(backend, 10, 2, "rejected")
