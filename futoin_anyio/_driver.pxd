@@ -20,7 +20,7 @@ cdef class _Driver:
     cdef object __weakref__
     cdef public object _caller_ctx, _clock, _ctx_token, _current, _fatal
     cdef public object _helper_ended
-    cdef public Alarm _exit_alarm, _inline_alarm, _spare_alarm
+    cdef public Alarm _inline_alarm, _spare_alarm
     cdef public object _inline, _inline_ctx
     cdef public _Flow _inline_flow, _main
     cdef public _Frame _inline_next
@@ -28,7 +28,7 @@ cdef class _Driver:
     cdef public object _library, _own_ctx
     cdef public object _pending_coros, _raw_idle, _raw_tasks, _ready, _roots, _sleep_scope
     cdef public object _tasks_idle, _tg, _thread, _threadsafe, _timers
-    cdef public bint _closing, _exit_server, _exited, _helper, _need_tg, _public, _slept
+    cdef public bint _closing, _exited, _helper, _need_tg, _public, _slept
     cdef public Py_ssize_t _coro_tasks, _inflight, _pending, _seq
 
     cpdef _schedule(self, _Flow flow)
@@ -45,11 +45,6 @@ cdef class _Driver:
     cpdef _drop_spare(self)
     cpdef object _task_context(self)
     cpdef bint _foreign_timers(self, _Flow flow) except -1
-    cpdef bint _needs_task_group(self) except -1
-    cpdef _park_in_exit(self)
-    cpdef _unpark_exit(self)
-    cpdef _arm_exit_alarm(self)
-    cpdef _exit_gone(self)
     cpdef bint _idle_after_promise(self) except -1
     cpdef _tasks_now_idle(self)
     cpdef _cancel_all(self)
@@ -85,9 +80,9 @@ cdef object Any, COMPILED, Callable, CancelScope, Coroutine, Errors
 cdef object FutoInError, Lock, _ins, _TASK_CONTEXT, _asyncio_current_task
 cdef object Awaitable, Context, Generator
 cdef object TYPE_CHECKING, _Future, _PRUNE_SLACK, _asyncio_future_type, _close_unstarted
-cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
+cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout, _run_coroutine
 cdef object _asyncio_sleep, _running_asyncio_loop, _sniffio, anyio, cancel_scope
-cdef object copy_context, create_task_group, deque, get_cancelled_exc_class, get_ident
+cdef object copy_context, deque, get_cancelled_exc_class, get_ident
 cdef object heapify, heappop, heappush, logger, logging, math, scope_class, sys
 # The module's own state, rebound with ``global`` (C variables, read and written in C).
 cdef object _trio_lowlevel, _trio_run

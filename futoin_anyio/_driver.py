@@ -2,8 +2,8 @@
 
 One driver is a single coroutine that runs many flows (roots and parallel branches) as plain
 function calls, keeps their timers in one heap, and yields to the event loop about every
-:data:`BURST` steps. ``await asi.promise()`` runs a private one in the calling task (``_loop``,
-``_drive``); ``async with AsyncTool()`` runs a shared one in its own task (``_serve``).
+:data:`BURST` steps. ``await asi.promise()`` runs a private one in the calling task (``_loop``);
+``async with AsyncTool()`` runs a shared one in its own task (``_serve``).
 
 Coroutine steps of a ``promise()`` root's own flow are awaited by the driver itself, in the
 calling task (*inline*, ``_run_inline``), inside one cancel scope shared by consecutive coroutine
@@ -12,8 +12,8 @@ of the root's parallel branches to start while nothing is awaited inline (in a c
 caller's context, as a task would run it). Whatever else needs the driver meanwhile (a callback,
 a timer, another flow) is served by a coroutine task that ends, or by a helper task started only
 then. The other coroutine steps of concurrent flows (parallel branches, roots of a public
-AsyncTool) run as tasks of their own, in the driver's task group, which is opened the first time
-one is needed.
+AsyncTool) run as tasks of their own: under ``promise()`` tasks of no group, which it joins
+(``_spawn``); under an AsyncTool in the tool's task group.
 
 :class:`_Driver` holds the state (all the slots) and this machinery; ``AsyncTool`` (``_tool``)
 adds the public methods on top.
@@ -36,7 +36,7 @@ from threading import Lock, get_ident
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio import CancelScope, create_task_group, get_cancelled_exc_class
+from anyio import CancelScope, get_cancelled_exc_class
 from anyio.abc import TaskGroup
 
 from . import _instrument as _ins
@@ -53,6 +53,7 @@ from ._flow import (
     _inline_cancelled,
     _judgeable_group,
     _on_timeout,
+    _run_coroutine,
     _start_root,
     scope_class,
 )
@@ -221,8 +222,6 @@ class _Driver:
         "_coro_tasks",
         "_ctx_token",
         "_current",
-        "_exit_alarm",
-        "_exit_server",
         "_exited",
         "_fatal",
         "_helper",
@@ -308,18 +307,15 @@ class _Driver:
         self._inline_scope: CancelScope | None = None
         self._helper = False
         self._helper_ended: anyio.Event | None = None
-        # Tasks started outside any task group while the caller awaits inline (see _spawn): their
-        # cancel scopes, each with its task (asyncio keeps only weak references to tasks).
+        # Tasks started outside any task group (a promise()'s coroutine tasks and helper, see
+        # _spawn): their cancel scopes, each with its task (asyncio keeps only weak references
+        # to tasks).
         self._raw_tasks: set[_RawTask] = _EMPTY
         self._raw_idle: anyio.Event | None = None
         self._slept = False  # the driver yielded to the event loop (promise(): see there)
-        # While other tasks serve the driver's work (it waits in its task group's exit, see
-        # _drive; it awaits a branch inline, see _run_inline): its task's own context, in which
-        # they run it. While it waits in the exit (trio): the alarm of the nearest timer, and
-        # whether a task of the group serves the driver's work now.
+        # While other tasks serve the driver's work (it awaits a branch inline, see
+        # _run_inline): its task's own context, in which they run it.
         self._caller_ctx: Any = None
-        self._exit_alarm: Alarm | None = None
-        self._exit_server = False
         self._spare_alarm: Alarm | None = None
         # What waits for coroutines to end (an unwinding paused at a parallel step, a halted
         # branch, a root's cancel()): (flows, then), in the order they began to wait.
@@ -472,17 +468,6 @@ class _Driver:
         inline, start the helper task that serves everything else meanwhile."""
         sleeper = self._sleep_scope
         if sleeper is not None:
-            if sleeper is self:  # the task waits in its task group's exit (see _drive)
-                if not self._exit_server:
-                    self._exit_server = True
-                    assert self._tg is not None
-                    try:
-                        self._tg.start_soon(self._serve_exit, name="futoin_anyio driver helper")
-                    except RuntimeError:
-                        # The group's last task has ended ("closed to new arrivals"): the
-                        # driver's task is resuming, and sees the work itself.
-                        self._exit_server = False
-                return
             self._sleep_scope = None
             kind = type(sleeper)
             if kind is _Future:
@@ -501,37 +486,34 @@ class _Driver:
 
         A step of the root's own flow runs in the caller's context; a step of one of its
         parallel branches in a copy of it, taken now, as its task would (then the caller's
-        task is one of the branches' tasks: the first to start spares a task). Not while the
-        caller's task waits in its group's exit (the step would wait for the group's tasks),
-        nor on asyncio before Python 3.12 (its tasks do not tell their context, in which the
-        branches' other steps must run meanwhile: see :meth:`_serve_inline`).
+        task is one of the branches' tasks: the first to start spares a task). Not on asyncio
+        before Python 3.12 (its tasks do not tell their context, in which the branches' other
+        steps must run meanwhile: see :meth:`_serve_inline`).
+
+        Under ``promise()`` the others run as tasks of no group (:meth:`_spawn`), which
+        ``promise()`` joins: its caller's task cannot open a task group while it awaits a step
+        inline, nor is one needed (a nursery costs a cancel scope of its own, and on asyncio
+        AnyIO's task group more). Under an AsyncTool they run in the tool's task group.
         """
         main = self._main
-        if main is not None and self._inline is None and self._inline_next is None:
-            flow = step._flow
-            if flow is main:
-                if self._sleep_scope is not self or not self._roots:
-                    # (While the task waits in its group's exit, it runs the step once the
-                    # group's tasks have ended: they are the flow's, unless other roots run
-                    # here.)
+        if main is not None:
+            if self._inline is None and self._inline_next is None:
+                flow = step._flow
+                if flow is main:
                     self._inline_next = step
                     return
-            elif flow is not None and flow.root is main.root and self._sleep_scope is not self \
-                    and (_TASK_CONTEXT or self._library != "asyncio"):
-                self._inline_next = step
-                self._inline_ctx = copy_context()
-                return
+                if flow is not None and flow.root is main.root \
+                        and (_TASK_CONTEXT or self._library != "asyncio"):
+                    self._inline_next = step
+                    self._inline_ctx = copy_context()
+                    return
+            # trio names a task after the object it is given, as module.qualname.
+            self._spawn(runner, (step, coro),
+                        step._func if self._library == "trio" else _task_name(step))
+            return
         tg = self._tg
         if tg is not None:
-            # trio's own nursery (a promise() driver's, see _drive) names a task after the
-            # object it is given, as module.qualname; AnyIO's task groups want the string.
-            tg.start_soon(runner, step, coro, name=step._func
-                          if self._library == "trio" and self._main is not None
-                          else _task_name(step))
-        elif self._inline_scope is not None:
-            # The caller is awaiting a coroutine step inline: no task group can be opened in its
-            # task now, and this coroutine may be what the inline one waits for.
-            self._spawn(runner, (step, coro), _task_name(step))
+            tg.start_soon(runner, step, coro, name=_task_name(step))
         else:
             if self._pending_coros is _EMPTY:
                 self._pending_coros = []
@@ -653,14 +635,13 @@ class _Driver:
         if fire and self._timers:
             self._fire_timers()
 
-    async def _loop(self, main: _Flow | None, group: Any = None) -> None:
+    async def _loop(self, main: _Flow | None) -> None:
         """Run until ``main`` (a ``promise()``'s flow) has finished, or for a public tool until
-        it is served; return early if a coroutine step needs the task group.
+        it is served; return early if a coroutine step needs the tool's task group, or on a
+        fatal error.
 
         One coroutine frame, and a sleep that parks the task itself when no timer is due: a root
-        blocked in ``promise()`` should hold little more than a blocked task. In ``group`` (the
-        trio nursery of a ``promise()``, see :meth:`_drive`) it also returns, unfinished, when
-        it would park while tasks of the group run and no other root runs on this driver.
+        blocked in ``promise()`` should hold little more than a blocked task.
         """
         while not (main.finished if main is not None else self._served()):
             if self._fatal is not None or (self._need_tg and self._tg is None):
@@ -674,8 +655,6 @@ class _Driver:
                 if self._ready and self._inline_next is None:
                     self._slept = True
                     await _checkpoint(self._library)
-            elif group is not None and not self._roots and group.child_tasks:
-                return
             elif self._timers and self._next_deadline() != math.inf:
                 self._slept = True
                 await self._idle()
@@ -816,7 +795,7 @@ class _Driver:
             alarm = self._inline_alarm
             if alarm is not None:
                 # Left armed for the wait that most often follows (the caller waits for the
-                # other branches until the same timeout, in _idle() or in the group's exit);
+                # other branches until the same timeout, in _idle());
                 # that wait takes it over, anything else drops it (_take_spare, _drop_spare).
                 self._inline_alarm = None
                 if self._spare_alarm is not None:
@@ -1039,9 +1018,10 @@ class _Driver:
                 self._wake()
                 await ended.wait()
 
-    def _spawn(self, func: _CoroRunner, args: tuple[Any, ...], name: str) -> None:
-        """Start ``func(*args)`` in a task of no task group: the helper, or a coroutine step of
-        a concurrent flow while the caller awaits inline (a ``promise()`` driver only).
+    def _spawn(self, func: _CoroRunner, args: tuple[Any, ...], name: object) -> None:
+        """Start ``func(*args)`` in a task of no task group (an asyncio task, a trio system
+        task) named ``name``: the helper, or a coroutine step of a concurrent flow (a
+        ``promise()`` driver only).
 
         No task group is opened for them: ``promise()`` joins every such task before it
         returns (cancelling them first if it is left by an exception), so none outlives it. An
@@ -1059,18 +1039,22 @@ class _Driver:
         raw.add(task)
         if self._library == "asyncio":
             body = self._raw_task(task, func, args)
-            task.task = context.run(self._threadsafe.create_task, body, name=name)
+            task.task = context.run(self._threadsafe.create_task, body, name=str(name))
         else:
             sys.modules["trio"].lowlevel.spawn_system_task(
                 self._raw_task, task, func, args, name=name, context=context)
 
     async def _raw_task(self, task: _RawTask, func: _CoroRunner, args: tuple[Any, ...]) -> None:
         try:
-            with CancelScope() as scope:
-                task.scope = scope
-                if task.cancelled:
-                    scope.cancel()
-                await func(*args)
+            if func is _run_coroutine:
+                # The step's own scope is the task's: _run_coroutine() gives it to ``task``.
+                await _run_coroutine(args[0], args[1], task)
+            else:
+                with CancelScope() as scope:
+                    task.scope = scope
+                    if task.cancelled:
+                        scope.cancel()
+                    await func(*args)
         except BaseException as exc:  # a task of no group: the driver re-raises it
             self._report_fatal(exc)
         finally:
@@ -1094,119 +1078,6 @@ class _Driver:
                             cancel_scope(task.scope, "promise() is left by an exception")
                 idle = self._raw_idle = anyio.Event()
                 await idle.wait()
-
-    def _needs_task_group(self) -> bool:
-        return self._fatal is not None or self._need_tg or bool(self._pending_coros)
-
-    async def _drive(self, main: _Flow) -> None:
-        """Go on running ``main`` (a ``promise()``'s flow) in the calling task, in a task group
-        for the coroutine steps that need one; raise what stopped the driver.
-
-        On trio, once only the group's tasks can move the flow on (its branches' coroutines
-        run, and nothing is due before they end), the task waits for them in the nursery's own
-        exit rather than parked in :meth:`_loop` and then leaving the nursery: a nursery left
-        after its last child ended makes a schedule point of its own (a turn of the scheduler
-        more per request). Meanwhile a task of the group serves the driver's work as it comes,
-        in this task's context (:meth:`_serve_exit`): a coroutine task that ends serves what its
-        end made ready, the due timers and other wake-ups start one. Once every task has ended
-        the flow goes on here, without the group, as before it needed one.
-        """
-        while True:
-            if self._fatal is None and (self._need_tg or self._pending_coros):
-                error: BaseException | None = None
-                self._slept = True  # the group's exit is a schedule point
-                trio = self._library != "asyncio"
-                try:
-                    # On trio its own nursery: the same start_soon() and cancel_scope, without
-                    # AnyIO's wrapper around it; on asyncio AnyIO's task group, made directly
-                    # (create_task_group() would look the backend up each time).
-                    group: Any = sys.modules["trio"].open_nursery() if trio \
-                        else (_asyncio_group or _asyncio_group_class())()
-                    async with group as tg:
-                        self._tg = tg
-                        self._need_tg = False
-                        self._start_pending_coros()
-                        await self._loop(main, tg if trio else None)
-                        if self._fatal is not None:
-                            cancel_scope(tg.cancel_scope, _fatal_reason(self._fatal))
-                        elif not main.finished:
-                            self._park_in_exit()
-                        # Coroutines of cancelled steps end here: the group waits for them.
-                except BaseExceptionGroup as group:
-                    error = _unwrap_group(group)
-                finally:
-                    self._tg = None
-                    if self._sleep_scope is self:
-                        self._unpark_exit()
-                if error is not None:
-                    raise error
-            if main.finished or self._fatal is not None:
-                break
-            await self._loop(main)  # on without a group, until one is needed again
-        fatal = self._fatal
-        if fatal is not None:
-            self._fatal = None
-            raise fatal
-
-    def _park_in_exit(self) -> None:
-        """The task is about to wait in its nursery's exit (see :meth:`_drive`)."""
-        self._sleep_scope = self  # what _wake() tells from a parked task or a future
-        self._caller_ctx = self._task_context()
-        self._arm_exit_alarm()
-
-    def _unpark_exit(self) -> None:
-        self._sleep_scope = None
-        self._caller_ctx = None
-        self._exit_server = False
-        self._exit_gone()
-
-    def _arm_exit_alarm(self) -> None:
-        """The alarm of the nearest timer while the task waits in the exit: it wakes the driver
-        (:meth:`_wake` starts a task of the group that fires it)."""
-        deadline = self._next_deadline()
-        alarm = self._exit_alarm
-        if alarm is not None:
-            if alarm.when == deadline and alarm.due is not None:
-                return
-            alarm.disarm()
-        self._exit_alarm = self._claim_alarm(deadline, self._wake)
-
-    async def _serve_exit(self) -> None:
-        """Serve the driver's work (ready flows, callbacks, due timers) from a task of its
-        group while the driver's task waits in the group's exit, in that task's own context:
-        what a step sets in a ``ContextVar`` is where it would be had the driver run it.
-
-        A task of the group that is cancelled serves nothing, nor does any after it (the group
-        is going down, as the driver, cancelled, would run nothing more): ``_exit_server`` stays
-        set and the alarm is off until the task leaves the exit. ``_exit_server`` is set by
-        whoever calls this.
-        """
-        try:
-            await _trio_lowlevel.checkpoint_if_cancelled()
-            while self._sleep_scope is self and self._fatal is None:
-                if not self._work_due():
-                    break
-                self._caller_ctx.run(self._tick)
-                if self._ready:
-                    await _checkpoint(self._library)  # a burst was used up
-        except BaseException:
-            self._exit_gone()
-            raise
-        if self._fatal is not None:
-            self._exit_gone()
-        else:
-            self._exit_server = False
-            if self._sleep_scope is self:
-                self._arm_exit_alarm()
-
-    def _exit_gone(self) -> None:
-        """No alarm wakes the driver any more: the task has left its group's exit, or the group
-        is going down (cancelled, or a fatal error; then no task serves either, as
-        ``_exit_server`` stays set, until the task has left the exit)."""
-        alarm = self._exit_alarm
-        if alarm is not None:
-            self._exit_alarm = None
-            alarm.disarm()
 
     def _idle_after_promise(self) -> bool:
         """Is there nothing of this promise() driver's left to cancel?"""
@@ -1297,16 +1168,13 @@ class _Driver:
 
     def _report_fatal(self, exc: BaseException) -> None:
         """A BaseException (KeyboardInterrupt…) escaped a coroutine step: the driver stops and
-        re-raises it, bare, once its task group is closed."""
+        re-raises it, bare (``promise()`` once its tasks have ended, an AsyncTool once its task
+        group is closed)."""
         if self._fatal is None:
             self._fatal = exc
         inline = self._inline_scope
         if inline is not None:
             cancel_scope(inline, _fatal_reason(exc))  # the caller's inline await stops too
-        if self._sleep_scope is self:  # the task waits in its group's exit: end the group
-            assert self._tg is not None
-            cancel_scope(self._tg.cancel_scope, _fatal_reason(exc))
-            return
         self._wake()
 
 
@@ -1390,17 +1258,6 @@ def _checkpoint(library: str) -> Awaitable[None]:
     if library == "trio":
         return _trio_lowlevel.checkpoint()  # type: ignore[no-any-return]
     return _asyncio_sleep(0)
-
-
-#: AnyIO's task group class on asyncio, once known (see :func:`_asyncio_group_class`).
-_asyncio_group: Callable[[], Any] | None = None
-
-
-def _asyncio_group_class() -> Callable[[], Any]:
-    """AnyIO's task group class of the asyncio backend (called in the event loop's thread)."""
-    global _asyncio_group
-    _asyncio_group = type(create_task_group())
-    return _asyncio_group
 
 
 def _task_name(step: AsyncSteps) -> str:

@@ -822,15 +822,20 @@ def scope_class(library: str) -> type[CancelScope]:
     return cls
 
 
-async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> None:
-    """The task of a coroutine step of a concurrent flow: runs it in the step's own scope."""
+async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any],
+                         raw: Any = None) -> None:
+    """The task of a coroutine step of a concurrent flow: runs it in the step's own scope.
+
+    ``raw``: the driver's record of a task of no task group (``_Driver._spawn``), whose scope
+    is then this one: the driver cancels it when ``promise()`` is left by an exception.
+    """
     flow = step._flow
     ext = step._ext
     assert flow is not None and ext is not None
     driver = flow.driver
     error: BaseException | None = None
     result: Any = None
-    serve = serve_inline = False
+    serve_inline = False
     driver._coro_tasks += 1
     try:
         if step._status is not CORO or flow.finished or flow.root._status is CANCELLING:
@@ -839,6 +844,10 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
             return
         library = driver._library
         with (_scope_classes.get(library) or scope_class(library))() as scope:
+            if raw is not None:
+                raw.scope = scope
+                if raw.cancelled:  # promise() was left before this task started
+                    scope.cancel()
             # What the coroutine ends with is judged here: the backend's cancellation, and a
             # group of nothing but cancellations (from a nursery or task group inside the
             # step), go out unchanged to the scope that owns them; KeyboardInterrupt and the
@@ -859,11 +868,11 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
                     return
             finally:
                 ext.scope = None  # (ext.coro is let go in the finally below, on every path)
-        if driver._sleep_scope is driver and not driver._exit_server:
-            # The driver's task waits in the group's exit (trio, see _Driver._drive): this task
-            # serves what its end makes ready (and the wait it ends, below), before it ends.
-            driver._exit_server = serve = True
-        elif driver._inline_scope is not None and not driver._helper \
+                if raw is not None:
+                    raw.scope = None
+        if raw is not None and raw.cancelled:
+            return  # promise() is left by an exception: the step ends with its root
+        if driver._inline_scope is not None and not driver._helper \
                 and driver._caller_ctx is not None:
             # The driver's task awaits a parallel branch inline: this task serves what its end
             # makes ready before it ends, rather than a helper task started for it.
@@ -876,9 +885,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any]) -> No
         if driver._joins:  # an unwinding or a cancel() may wait for this coroutine
             driver._soon(driver._check_joins)
     _coroutine_done(step, result, error, False)
-    if serve:
-        await driver._serve_exit()
-    elif serve_inline:
+    if serve_inline:
         await driver._serve_inline()
 
 

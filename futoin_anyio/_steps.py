@@ -626,16 +626,15 @@ class AsyncSteps(_Frame):
             if not flow.finished:
                 # It waits. The flow dump finds it in its task's await chain (the compiled
                 # build's promise() through the closure its coroutine holds): nothing to list.
-                if driver._inline_next is not None and driver._fatal is None \
-                        and not driver._need_tg:
+                if driver._inline_next is not None and driver._fatal is None:
                     # The usual case (an async def step reached): no _loop() frame in between.
                     await driver._run_inline()
-                if not flow.finished and not driver._need_tg:
-                    # (A branch's coroutine waiting for a task group: _loop() would return at
-                    # once, a coroutine made and dropped.)
+                if not flow.finished:
                     await driver._loop(flow)
-                if driver._needs_task_group():
-                    await driver._drive(flow)
+                fatal = driver._fatal
+                if fatal is not None:  # e.g. a KeyboardInterrupt out of a coroutine step
+                    driver._fatal = None
+                    raise fatal
                 if driver._spare_alarm is not None:  # left by an inline run, unused
                     driver._drop_spare()
         except BaseException as exc:

@@ -1,10 +1,9 @@
-"""A ``promise()`` whose coroutine branches run as tasks: the caller's task waits for them in its
-nursery's exit (trio), and the driver's work meanwhile is served, in the caller's context, by
-the group's own tasks.
+"""A ``promise()`` whose coroutine branches run as tasks (of no task group): the caller's task
+waits for them parked, and the driver's work is served in the caller's context (by the caller's
+task, or by a branch task that ends while the caller awaits the first branch).
 
 Every test runs on asyncio and trio, in virtual time (trio's ``MockClock``, the fuzzer's
-:class:`fuzz.interp.VirtualTimeLoop` for asyncio); only the scheduling count is trio's alone (the
-wait in the exit is a trio path: asyncio's task group waits as before).
+:class:`fuzz.interp.VirtualTimeLoop` for asyncio); only the scheduling count is trio's alone.
 """
 
 from __future__ import annotations
@@ -60,9 +59,9 @@ async def test_branches_end_with_one_wake_of_the_caller(anyio_backend_name: str)
     """Two coroutine branches of one checkpoint each: one task is spawned (the first branch
     runs in the caller's task), and the tasks are scheduled four times in all: each branch's
     checkpoint, the task's start, and the caller's task once more, when the last branch has
-    ended (as a task waiting in a nursery's exit is), not once by the driver and once more by
-    a nursery left after its tasks had ended. (Two tasks, five times, with both branches in
-    tasks; six, with a wake of the driver before it left the nursery.)"""
+    ended, not once more to leave a nursery after its tasks had ended (no nursery is opened).
+    (Two tasks, five times, with both branches in tasks; six, with a wake of the driver before
+    it left a nursery.)"""
 
     async def one(asi: AsyncSteps) -> None:
         await anyio.lowlevel.checkpoint()
@@ -152,8 +151,8 @@ def _alarms_armed(anyio_backend_name: str) -> int:
 
 async def test_timeout_after_the_inline_branch_ended(anyio_backend_name: str) -> None:
     """The branch the caller's task awaited ends at once, the other waits past the flow's
-    timeout: the timeout comes due while the caller waits for that branch (in its group's exit
-    on trio), on time, with its reason, and no alarm is left armed."""
+    timeout: the timeout comes due while the caller waits for that branch, on time, with its
+    reason, and no alarm is left armed."""
     log: list[str] = []
 
     async def quick(asi: AsyncSteps) -> None:
@@ -301,8 +300,8 @@ async def _cancel_as_the_last_branch_ends() -> list[str]:
 
 
 async def test_root_cancel_as_the_last_branch_ends() -> None:
-    """``root.cancel()`` from another task just after the last branch has ended (its nursery
-    closed, the caller's task not yet back), the flow waiting in the step after the parallel:
+    """``root.cancel()`` from another task just after the last branch has ended (its task gone,
+    the caller's task not yet back), the flow waiting in the step after the parallel:
     the root ends Cancelled and nothing is raised elsewhere. Both orders of the two wake-ups
     are tried (trio runs a batch of tasks in either order)."""
     for _ in range(20):

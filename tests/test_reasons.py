@@ -7,6 +7,8 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
+import sniffio
+from backend_support import first_branch_inline, own_tasks
 
 from futoin_anyio import AsyncSteps, AsyncTool, Errors, FutoInError
 from futoin_anyio._alarm import TASK_NAME as ALARM_TASK
@@ -210,6 +212,59 @@ async def test_outer_cancellation_passes_through_unchanged() -> None:
             assert _reason(seen[0])[1] == "the user's own reason", seen[0]
         else:
             assert seen  # its task was cancelled as promise() was left
+
+
+async def test_callers_cancellation_reaches_a_branch_task_as_promise_is_left() -> None:
+    """Under ``promise()`` a branch's task belongs to no task group (on trio a system task): the
+    caller's cancellation reaches the branch awaited in the caller's task unchanged, and the
+    branch's task as ``promise()`` is left, with the reason ``promise() is left by an
+    exception``; the task's cleanup is done before ``promise()`` raises, and no task is left."""
+    seen: dict[str, BaseException] = {}
+    log: list[str] = []
+    parents: dict[str, Any] = {}
+
+    def branch(name: str) -> Any:
+        async def step(asi: AsyncSteps) -> None:
+            if sniffio.current_async_library() == "trio":
+                import trio
+
+                parents[name] = trio.lowlevel.current_task().parent_nursery
+            try:
+                await anyio.sleep(10)
+            except anyio.get_cancelled_exc_class() as exc:
+                seen[name] = exc
+                raise
+            finally:
+                log.append(f"{name} cleanup")
+        return step
+
+    async def run() -> None:
+        try:
+            await root.promise()
+        finally:
+            log.append("promise() left")
+
+    root = AsyncSteps()
+    root.parallel().add(branch("first")).add(branch("second"))
+    before = own_tasks()
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await anyio.sleep(0.01)
+            scope.cancel("the user's own reason")
+    assert scope.cancelled_caught
+    assert sorted(log[:2]) == ["first cleanup", "second cleanup"]
+    assert log[2:] == ["promise() left"]
+    assert _reason(seen["second"])[1] == "promise() is left by an exception"
+    if first_branch_inline():
+        assert _reason(seen["first"])[1] == "the user's own reason"
+    else:
+        assert _reason(seen["first"])[1] == "promise() is left by an exception"
+    if parents:  # trio: the branch's task is a system task, in the run's system nursery
+        import trio
+
+        assert parents["second"].parent_task is trio.lowlevel.current_root_task()
+    assert own_tasks() == before
 
 
 async def test_an_async_tool_root_cancel_reason() -> None:
