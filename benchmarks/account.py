@@ -5,13 +5,13 @@ From the repository root::
     python -m benchmarks.account                     # 2,000 requests, both backends and paths
     python -m benchmarks.account -n 500 --backends trio --paths ok
 
-Runs ``n`` requests of the ``ok`` path of ``benchmarks.gateway``'s front in this process, one
-after the other in one task, through the front's own ``process_plain`` / ``process_futoin``
-(admission, deadline, two backend calls in parallel, result). No sockets: each backend call is
-in memory, one checkpoint (``trio.lowlevel.checkpoint()``, AnyIO's on asyncio) and the answer,
-so the counts are those of the request logic and the event loop, not of I/O or JSON. After a
-warm-up of 50 requests, each count is taken in a pass of its own over ``n`` requests, with the
-cyclic collector disabled:
+Runs ``n`` requests of the ``ok`` path (the others are below) of ``benchmarks.gateway``'s front
+in this process, one after the other in one task, through the front's own ``process_plain`` /
+``process_futoin`` (admission, deadline, two backend calls in parallel, result). No sockets:
+each backend call is in memory, one checkpoint (``trio.lowlevel.checkpoint()``, AnyIO's on
+asyncio) and the answer, so the counts are those of the request logic and the event loop, not
+of I/O or JSON. After a warm-up of 50 requests, each count is taken in a pass of its own over
+``n`` requests, with the cyclic collector disabled:
 
 * **scopes**: cancel scopes entered: calls of ``trio.CancelScope.__enter__`` on trio (AnyIO's
   trio scopes and trio's nurseries enter one too), of AnyIO's asyncio ``CancelScope.__enter__``
