@@ -847,7 +847,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any],
             if raw is not None:
                 raw.scope = scope
                 if raw.cancelled:  # promise() was left before this task started
-                    scope.cancel()
+                    cancel_scope(scope, "promise() is left by an exception")
             # What the coroutine ends with is judged here: the backend's cancellation, and a
             # group of nothing but cancellations (from a nursery or task group inside the
             # step), go out unchanged to the scope that owns them; KeyboardInterrupt and the
