@@ -1080,8 +1080,9 @@ class _Driver:
                 await idle.wait()
 
     def _idle_after_promise(self) -> bool:
-        """Is there nothing of this promise() driver's left to cancel?"""
-        return not (self._roots or self._ready or self._timers or self._pending_coros)
+        """Is there nothing of this promise() driver's left to cancel? (It keeps no pending
+        coroutines: its coroutine tasks start at once, see :meth:`_start_coroutine`.)"""
+        return not (self._roots or self._ready or self._timers)
 
     def _start_pending_coros(self) -> None:
         pending = self._pending_coros
