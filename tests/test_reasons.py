@@ -267,6 +267,29 @@ async def test_callers_cancellation_reaches_a_branch_task_as_promise_is_left() -
     assert own_tasks() == before
 
 
+async def test_a_branch_task_that_starts_after_promise_is_left_gets_the_same_reason() -> None:
+    """The branch the caller awaits raises ``KeyboardInterrupt`` before the other branch's task
+    has run (no schedule point in between): that task's coroutine still runs, in a scope
+    already cancelled with the reason ``promise() is left by an exception``, and it ends before
+    ``promise()`` raises."""
+    seen: list[BaseException] = []
+
+    async def first(asi: AsyncSteps) -> None:
+        raise KeyboardInterrupt
+
+    async def second(asi: AsyncSteps) -> None:
+        await _sleep_seeing(seen)
+
+    root = AsyncSteps()
+    root.parallel().add(first).add(second)
+    before = own_tasks()
+    with pytest.raises(KeyboardInterrupt):
+        await root.promise()
+    assert len(seen) == 1
+    assert _reason(seen[0])[1] == "promise() is left by an exception"
+    assert own_tasks() == before
+
+
 async def test_an_async_tool_root_cancel_reason() -> None:
     seen: list[BaseException] = []
     started = anyio.Event()
