@@ -9,7 +9,7 @@ from futoin_anyio._loops cimport _LoopRun
 # the flow dump's times are on) are its subclasses, and override run() and _root_done().
 cdef class _Flow:
     cdef object __weakref__
-    cdef public object args, cancel_reason, driver, loop_label, on_unhandled, par, result_code
+    cdef public object args, cancel_reason, driver, handed, loop_label, on_unhandled, par, result_code
     cdef public bint executed, finished, interrupt, queued
     cdef public _Frame root
     cdef public list stack

@@ -182,6 +182,7 @@ class _Flow:
         "driver",
         "executed",
         "finished",
+        "handed",
         "interrupt",
         "loop_label",
         "on_unhandled",
@@ -213,6 +214,7 @@ class _Flow:
         self.queued = False
         self.finished = False
         self.interrupt = False
+        self.handed: BaseException | None = None
         self.loop_label: str | None = None
         self.result_code: str | None = None
         self.on_unhandled: Callable[[str], object] | None = None
@@ -352,8 +354,21 @@ class _Flow:
                     else:  # values from C: fit() to what func declares
                         res = func(step, *args.fit(func))
                     if self.interrupt:
-                        self._interrupted()
-                        return budget
+                        handed = self.handed
+                        if handed is None:
+                            self._interrupted()
+                            return budget
+                        # The step ended with an error handed over rather than raised (see
+                        # _hooks.refuse): unwound as if it had raised it.
+                        self.handed = None
+                        self.interrupt = False
+                        if self._step_raised(handed) is not GO_ON:
+                            return budget
+                        if self.interrupt:
+                            self._interrupted()
+                            return budget
+                        frame = stack[-1]  # unwound
+                        continue
                     st = step._status
                     if st is EXEC:
                         # A coroutine of the compiled build (await_()'s own) is no

@@ -12,6 +12,9 @@ cpdef object flow_key(_Frame asi)
 @cython.locals(ext=_Ext)
 cpdef on_exit(_Frame asi, hook, arg)
 
+@cython.locals(flow=_Flow)
+cpdef refuse(_Frame asi, error)
+
 @cython.locals(flow=_Flow, driver=_Driver)
 cpdef bint go_on_with(_Frame asi, item, args) except -1
 

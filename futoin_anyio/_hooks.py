@@ -39,6 +39,16 @@ def on_exit(asi: AsyncSteps, hook: Callable[[Any], object], arg: Any) -> None:
     ext.exit_arg = arg
 
 
+def refuse(asi: AsyncSteps, error: BaseException) -> None:
+    """End the running step ``asi`` with ``error`` when it returns, as if it had raised it:
+    its flow unwinds it the same way, with no traceback made (a refusal's error has none of
+    the engine's frames). Only from the step's own function, which returns at once."""
+    flow = asi._flow
+    assert flow is not None
+    flow.handed = error
+    flow.interrupt = True
+
+
 def go_on_with(asi: AsyncSteps, item: _Item, args: tuple[Any, ...]) -> bool:
     """Let a step parked in ``wait_external()`` go on with ``item`` as its one sub-step, called
     with ``args``: the step stays on the stack until that sub-step ends (a primitive's entry

@@ -4,7 +4,7 @@ cimport cython
 from futoin_anyio._driver cimport _Driver
 from futoin_anyio._flow cimport _Flow
 from futoin_anyio._frame cimport _Switches
-from futoin_anyio._hooks cimport flow_key, go_on_with, on_exit
+from futoin_anyio._hooks cimport flow_key, go_on_with, on_exit, refuse
 
 
 @cython.final

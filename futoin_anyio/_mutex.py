@@ -16,7 +16,7 @@ from ._driver import _Driver
 from ._final import refuse_subclasses
 from ._flow import _Flow
 from ._frame import SWITCHES
-from ._hooks import flow_key, go_on_with, on_exit
+from ._hooks import flow_key, go_on_with, on_exit, refuse
 from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
@@ -107,7 +107,8 @@ class _Entry:
                 if entered is None:  # the rate's queue is full
                     mutex._release(key)
                     entry.key = None
-                    raise func.throttle._queue.rejection()  # type: ignore[union-attr]
+                    refuse(asi, func.throttle._queue.rejection())  # type: ignore[union-attr]
+                    return
             entry.state = HELD
             on_exit(asi, _Entry.leave, entry)
             if SWITCHES.active:
@@ -123,7 +124,8 @@ class _Entry:
         on_exit(asi, _Entry.leave, entry)
         queue = mutex._queue
         if queue.full():
-            raise queue.rejection()
+            refuse(asi, queue.rejection())
+            return
         # Wait in this step: when let in, it goes on with ``func`` (see ``Mutex._grant``).
         entry.asi = asi
         entry.args = args

@@ -14,6 +14,7 @@ from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 from . import _instrument as _ins
 from ._driver import Handle
 from ._frame import SWITCHES
+from ._hooks import refuse
 from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
@@ -80,7 +81,8 @@ class _Waiter:
             return
         queue = throttle._queue
         if queue.full():
-            raise queue.rejection()
+            refuse(asi, queue.rejection())
+            return
         self.asi = asi
         self.args = args
         self.state = QUEUED
@@ -122,13 +124,14 @@ class _Section:
     def __call__(self, asi: AsyncSteps, *args: Any) -> None:
         entered = self._admit(asi)
         if entered is None:
-            raise self.throttle._queue.rejection()
+            refuse(asi, self.throttle._queue.rejection())
+            return
         self._go_on(asi, entered, args)
 
     def _admit(self, asi: AsyncSteps) -> bool | None:
         """Enter the current period (``True``), wait for a later one (``False``), or ``None``
-        when the queue is full: the caller raises its ``DefenseRejected`` (from its own frame,
-        the one the traceback starts at), with no waiter made and dropped."""
+        when the queue is full: the caller refuses the step with its ``DefenseRejected``
+        (``_hooks.refuse``), with no waiter made and dropped."""
         throttle = self.throttle
         driver = asi._flow.driver  # type: ignore[union-attr]
         # The driver's clock is the event loop's (anyio.current_time() without its backend

@@ -63,10 +63,11 @@ class WaitQueue(deque[_W], Generic[_W]):
         return limit is not None and len(self) >= limit
 
     def rejection(self) -> FutoInError:
-        """Refuse a flow or a task: count it and return the ``DefenseRejected`` error to raise.
+        """Refuse a flow or a task: count it and return its ``DefenseRejected`` error.
 
-        A flow's entry step raises it itself, as ``asi.error()`` would (the flow records it):
-        two frames fewer in every rejection's traceback, each of which costs its frame object.
+        A task raises it; a flow's entry step hands it to its flow (``_hooks.refuse``), which
+        unwinds it as if the step had raised it: no traceback is made inside the engine, whose
+        frames would each cost an object (``promise()`` raising it starts its traceback).
         """
         self.rejected += 1
         return FutoInError(Errors.DefenseRejected, self.reject_info)

@@ -10,6 +10,8 @@ import contextlib
 import dataclasses
 import gc
 import math
+import os
+import traceback
 import weakref
 from collections import Counter
 from collections.abc import Callable
@@ -504,3 +506,48 @@ async def test_a_refused_root_frees_its_flow_and_driver_at_once(refused_by: str)
         assert drivers[0]() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("refused_by", ["limiter place", "limiter rate", "mutex queue",
+                                        "throttle queue"])
+async def test_a_refusal_unwinds_with_no_engine_frame_in_its_traceback(refused_by: str) -> None:
+    # A primitive's entry step hands its DefenseRejected to the flow instead of raising it:
+    # the flow unwinds it as a raised error (handlers, state), and the traceback promise()
+    # raises it with starts at promise(), with none of the engine's frames (each an object).
+    obj: Any
+    if refused_by.startswith("limiter"):
+        obj = Limiter(concurrent=1, max_queue=0, rate=1, period_ms=10**9, burst=0)
+    elif refused_by == "mutex queue":
+        obj = Mutex(1, max_queue=0)
+    else:
+        obj = Throttle(1, 10**9, max_queue=0)
+    if refused_by.endswith("rate") or refused_by == "throttle queue":  # the period's one entry
+        first = AsyncSteps()
+        first.sync(obj, lambda asi: None)
+        await first.promise()
+    seen: list[tuple[str, Any]] = []
+
+    def outer(asi: AsyncSteps) -> None:
+        asi.sync(obj, lambda asi: seen.append(("entered", None)))
+
+    def onerror(asi: AsyncSteps, code: str) -> None:
+        seen.append((code, asi.state.error_info))
+
+    root = AsyncSteps()
+    root.add(outer, onerror)
+    root.add(lambda asi: seen.append(("next step", None)))
+    async with contextlib.AsyncExitStack() as held:
+        if refused_by in ("limiter place", "mutex queue"):
+            await held.enter_async_context(obj)
+        with pytest.raises(FutoInError) as info:
+            await root.promise()
+    assert info.value.code == Errors.DefenseRejected
+    assert info.value is root.state.last_exception
+    assert seen == [(Errors.DefenseRejected, info.value.info)]  # the handler, nothing more
+    assert info.value.info == root.state.error_info
+    # (The compiled build's frames name their file relative to the package's parent.)
+    frames = [frame.f_code.co_name for frame, _ in traceback.walk_tb(info.value.__traceback__)
+              if os.path.basename(os.path.dirname(frame.f_code.co_filename)) == "futoin_anyio"]
+    assert frames == ["promise"]
+    assert obj.statistics().rejected == 1
