@@ -3,7 +3,8 @@
 A seeded generator builds a few roots from random steps — inline and task ``async def`` steps
 with slow cancellation cleanups, plain steps that schedule ``immediate()``/``deferred()``/
 ``execute()`` work a later coroutine step awaits, nested ``parallel()`` with failing branches,
-``Mutex``/``Limiter`` (and ``RedisMutex`` when a client is given) sections, labelled loops with
+``Mutex``/``Limiter`` (and ``RedisMutex`` when a client is given) sections, two of them with no
+queue (their entries may be refused: ``DefenseRejected``), labelled loops with
 ``break_loop``/``continue_loop`` from inside branches, ``set_timeout()``, error and cancel
 handlers — and runs them together, some with ``promise()`` (under a random outer deadline),
 some with ``execute()`` in an ``AsyncTool``, some cancelled with ``root.cancel()`` from another
@@ -360,8 +361,12 @@ async def run_program(seed: int, redis_client: Any = None) -> _Checker:
     """Build and run one random program; return its checker (``problems`` empty if it held)."""
     rng = random.Random(seed)
     chk = _Checker()
-    prims: list[Any] = [Mutex(1), Mutex(2), Limiter(1, max_queue=None, rate=1000, period_ms=10)]
-    chk.limits = [1, 2, 1]
+    # The last two refuse: a full queue (DefenseRejected), a full place or rate.
+    prims: list[Any] = [Mutex(1), Mutex(2), Limiter(1, max_queue=None, rate=1000, period_ms=10),
+                        Mutex(1, max_queue=0),
+                        Limiter(1, max_queue=0, rate=2, period_ms=5, burst=0)]
+    local = len(prims)
+    chk.limits = [1, 2, 1, 1, 1]
     if redis_client is not None:
         from futoin_anyio.redis import RedisMutex
 
@@ -409,12 +414,14 @@ async def run_program(seed: int, redis_client: Any = None) -> _Checker:
         chk.fail(f"coroutines still running after every root ended: {list(chk.running.values())}")
     if any(chk.inside):
         chk.fail(f"flows still inside after every root ended: {chk.inside}")
-    for index, prim in enumerate(prims[:3]):
+    for index, prim in enumerate(prims[:local]):
         stats = prim.statistics()
         if stats.held or stats.waiting:
             chk.fail(f"primitive {index} left with {stats}")
+        for _ in range(stats.rejected):
+            chk.count("refused")
     if redis_client is not None:
-        await _redis_settles(chk, prims[3])
+        await _redis_settles(chk, prims[local])
     return chk
 
 
