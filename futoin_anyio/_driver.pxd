@@ -3,7 +3,7 @@ cimport cython
 
 from futoin_anyio._alarm cimport Alarm, arm as arm_alarm
 from futoin_anyio._flow cimport _coroutine_done, _Flow, _flow_deadline, _start_root
-from futoin_anyio._frame cimport _Frame, _Switches
+from futoin_anyio._frame cimport _Ext, _Frame, _Switches
 
 
 cdef class _Driver  # declared below: a Handle's tool
@@ -36,7 +36,7 @@ cdef class _Driver:
     # Called per promise() or per coroutine step: C calls from typed code, no method look-up.
     cpdef _init(self)
     cpdef _bind(self)
-    cpdef _start_coroutine(self, runner, _Frame step, coro)
+    cpdef _start_coroutine(self, _Frame step, coro)
     cpdef _start_pending_coros(self)
     cpdef tuple _call_timeout(self, delay_s, _Frame frame, timeout_ms)
     cpdef _push_timer(self, deadline, Handle handle, bint wake)
@@ -80,7 +80,7 @@ cdef object Any, COMPILED, Callable, CancelScope, Coroutine, Errors
 cdef object FutoInError, Lock, _ins, _TASK_CONTEXT, _asyncio_current_task
 cdef object Awaitable, Context, Generator
 cdef object TYPE_CHECKING, _Future, _PRUNE_SLACK, _asyncio_future_type, _close_unstarted
-cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout, _run_coroutine
+cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
 cdef object _asyncio_sleep, _running_asyncio_loop, _sniffio, anyio, cancel_scope
 cdef object copy_context, deque, get_cancelled_exc_class, get_ident
 cdef object heapify, heappop, heappush, logger, logging, math, scope_class, sys

@@ -53,11 +53,10 @@ from ._flow import (
     _inline_cancelled,
     _judgeable_group,
     _on_timeout,
-    _run_coroutine,
     _start_root,
     scope_class,
 )
-from ._frame import CANCELLING, COMPILED, CORO, MODEL, ROOT, SWITCHES, _Frame
+from ._frame import CANCELLING, COMPILED, CORO, MODEL, ROOT, SWITCHES, _Ext, _Frame
 from ._reasons import cancel_scope
 
 _sniffio: Any
@@ -70,8 +69,14 @@ if sys.version_info < (3, 11):  # pragma: no cover
     from exceptiongroup import BaseExceptionGroup
 
 if TYPE_CHECKING:
+    from . import _nocython as cython  # the stand-in's typed decorators
     from ._steps import AsyncSteps
     from ._tool import AsyncTool
+else:
+    try:
+        import cython
+    except ImportError:  # its decorators are no-ops in the pure build
+        from . import _nocython as cython
 
 __all__ = ("BURST", "Handle")
 
@@ -286,7 +291,7 @@ class _Driver:
         self._threadsafe: Any = None
         self._tg: TaskGroup | None = None
         self._need_tg = False
-        self._pending_coros: list[tuple[_CoroRunner, tuple[Any, ...]]] = _EMPTY
+        self._pending_coros: list[tuple[AsyncSteps, Any]] = _EMPTY
         self._coro_tasks = 0
         self._tasks_idle: anyio.Event | None = None
         self._roots: set[AsyncSteps] = _EMPTY  # started with execute() and not finished
@@ -480,7 +485,7 @@ class _Driver:
         elif self._inline is not None and not self._helper:
             self._start_helper()
 
-    def _start_coroutine(self, runner: _CoroRunner, step: AsyncSteps, coro: Any) -> None:
+    def _start_coroutine(self, step: AsyncSteps, coro: Any) -> None:
         """Run the coroutine of ``step``: inline when it belongs to this ``promise()``'s root
         and nothing is awaited inline yet, else as a task named after the step function.
 
@@ -508,16 +513,16 @@ class _Driver:
                     self._inline_ctx = copy_context()
                     return
             # trio names a task after the object it is given, as module.qualname.
-            self._spawn(runner, (step, coro),
+            self._spawn(_run_coroutine, (step, coro),
                         step._func if self._library == "trio" else _task_name(step))
             return
         tg = self._tg
         if tg is not None:
-            tg.start_soon(runner, step, coro, name=_task_name(step))
+            tg.start_soon(_run_coroutine, step, coro, name=_task_name(step))
         else:
             if self._pending_coros is _EMPTY:
                 self._pending_coros = []
-            self._pending_coros.append((runner, (step, coro)))
+            self._pending_coros.append((step, coro))
             self._need_tg = True
             self._wake()
 
@@ -1087,8 +1092,8 @@ class _Driver:
     def _start_pending_coros(self) -> None:
         pending = self._pending_coros
         self._pending_coros = _EMPTY
-        for runner, (step, coro) in pending:
-            self._start_coroutine(runner, step, coro)
+        for step, coro in pending:
+            self._start_coroutine(step, coro)
 
     async def _serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """The long-lived driver of a public AsyncTool."""
@@ -1304,3 +1309,72 @@ def _unwrap_group(err: BaseException, body_exc: BaseException | None = None) -> 
             break  # not a wrapper of ours: leave it to the user
         err = inner[0] if inner else err.exceptions[0]
     return err
+
+
+# Typed locals: the compiled build reads the step's, the flow's and the driver's fields in C (a
+# step's ``_flow`` and a flow's ``driver`` are untyped fields, their modules importing each other).
+@cython.locals(step=_Frame, flow=_Flow, driver=_Driver, ext=_Ext)
+async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any],
+                         raw: _RawTask | None = None) -> None:
+    """The task of a coroutine step of a concurrent flow: runs it in the step's own scope.
+
+    ``raw``: the driver's record of a task of no task group (``_Driver._spawn``), whose scope
+    is then this one: the driver cancels it when ``promise()`` is left by an exception.
+    """
+    flow = step._flow
+    ext = step._ext
+    assert flow is not None and ext is not None
+    driver = flow.driver
+    error: BaseException | None = None
+    result: Any = None
+    serve_inline = False
+    driver._coro_tasks += 1
+    try:
+        if step._status is not CORO or flow.finished or flow.root._status is CANCELLING:
+            # Cancelled before its task could start (the root's cancel() may be waiting for it).
+            coro.close()
+            return
+        with scope_class(driver._library)() as scope:
+            if raw is not None:
+                raw.scope = scope
+                if raw.cancelled:  # promise() was left before this task started
+                    cancel_scope(scope, "promise() is left by an exception")
+            # What the coroutine ends with is judged here: the backend's cancellation, and a
+            # group of nothing but cancellations (from a nursery or task group inside the
+            # step), go out unchanged to the scope that owns them; KeyboardInterrupt and the
+            # like are fatal to the driver; anything else is the step's error.
+            # :meth:`_Driver._run_inline` has the same judgement: change both together.
+            ext.scope = scope
+            try:
+                result = await coro
+            except Exception as exc:
+                error = exc
+            except BaseException as exc:
+                if isinstance(exc, BaseExceptionGroup) and _judgeable_group(exc):
+                    error = exc
+                elif isinstance(exc, (get_cancelled_exc_class(), BaseExceptionGroup)):
+                    raise  # cancellation: our scope absorbs its own, anything else goes out
+                else:
+                    driver._report_fatal(exc)
+                    return
+            finally:
+                ext.scope = None  # (ext.coro is let go in the finally below, on every path)
+                if raw is not None:
+                    raw.scope = None
+        if raw is not None and raw.cancelled:
+            return  # promise() is left by an exception: the step ends with its root
+        if driver._inline_scope is not None and not driver._helper \
+                and driver._caller_ctx is not None:
+            # The driver's task awaits a parallel branch inline: this task serves what its end
+            # makes ready before it ends, rather than a helper task started for it.
+            driver._helper = serve_inline = True
+    finally:
+        ext.coro = None
+        driver._coro_tasks -= 1
+        if not driver._coro_tasks:
+            driver._tasks_now_idle()
+        if driver._joins:  # an unwinding or a cancel() may wait for this coroutine
+            driver._soon(driver._check_joins)
+    _coroutine_done(step, result, error, False)
+    if serve_inline:
+        await driver._serve_inline()

@@ -16,8 +16,9 @@ Vocabulary:
 Error unwinding (``_Flow._unwind``) pops frames innermost first; at each one the cancel handler
 runs, then the error handler, which may recover (``success()`` or ``add()``), replace the error
 (``error()``) or pass it on (return). Cancellation (``_Flow._cancel``) pops frames the same way
-but runs only cancel handlers. Coroutine steps run through :func:`_run_coroutine` (a task) or
-inline in the driver (``_Driver._run_inline``); both end in :func:`_coroutine_done`.
+but runs only cancel handlers. Coroutine steps run in a task of their own
+(``_driver._run_coroutine``) or inline in the driver (``_Driver._run_inline``); both end in
+:func:`_coroutine_done`.
 
 This module imports no other engine module at run time: ``_steps`` (the API), ``_parallel`` and
 ``_driver`` import it.
@@ -785,7 +786,7 @@ class _Flow:
         step._status = CORO
         ext = _own_ext(step)
         ext.coro = coro
-        self.driver._start_coroutine(_run_coroutine, step, coro)
+        self.driver._start_coroutine(step, coro)
 
 
 def _start_root(root: AsyncSteps, budget: int) -> int:
@@ -835,73 +836,6 @@ def scope_class(library: str) -> type[CancelScope]:
             cls = type(CancelScope())
         _scope_classes[library] = cls
     return cls
-
-
-async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any],
-                         raw: Any = None) -> None:
-    """The task of a coroutine step of a concurrent flow: runs it in the step's own scope.
-
-    ``raw``: the driver's record of a task of no task group (``_Driver._spawn``), whose scope
-    is then this one: the driver cancels it when ``promise()`` is left by an exception.
-    """
-    flow = step._flow
-    ext = step._ext
-    assert flow is not None and ext is not None
-    driver = flow.driver
-    error: BaseException | None = None
-    result: Any = None
-    serve_inline = False
-    driver._coro_tasks += 1
-    try:
-        if step._status is not CORO or flow.finished or flow.root._status is CANCELLING:
-            # Cancelled before its task could start (the root's cancel() may be waiting for it).
-            coro.close()
-            return
-        library = driver._library
-        with (_scope_classes.get(library) or scope_class(library))() as scope:
-            if raw is not None:
-                raw.scope = scope
-                if raw.cancelled:  # promise() was left before this task started
-                    cancel_scope(scope, "promise() is left by an exception")
-            # What the coroutine ends with is judged here: the backend's cancellation, and a
-            # group of nothing but cancellations (from a nursery or task group inside the
-            # step), go out unchanged to the scope that owns them; KeyboardInterrupt and the
-            # like are fatal to the driver; anything else is the step's error.
-            # :meth:`_Driver._run_inline` has the same judgement: change both together.
-            ext.scope = scope
-            try:
-                result = await coro
-            except Exception as exc:
-                error = exc
-            except BaseException as exc:
-                if isinstance(exc, BaseExceptionGroup) and _judgeable_group(exc):
-                    error = exc
-                elif isinstance(exc, (get_cancelled_exc_class(), BaseExceptionGroup)):
-                    raise  # cancellation: our scope absorbs its own, anything else goes out
-                else:
-                    driver._report_fatal(exc)
-                    return
-            finally:
-                ext.scope = None  # (ext.coro is let go in the finally below, on every path)
-                if raw is not None:
-                    raw.scope = None
-        if raw is not None and raw.cancelled:
-            return  # promise() is left by an exception: the step ends with its root
-        if driver._inline_scope is not None and not driver._helper \
-                and driver._caller_ctx is not None:
-            # The driver's task awaits a parallel branch inline: this task serves what its end
-            # makes ready before it ends, rather than a helper task started for it.
-            driver._helper = serve_inline = True
-    finally:
-        ext.coro = None
-        driver._coro_tasks -= 1
-        if not driver._coro_tasks:
-            driver._tasks_now_idle()
-        if driver._joins:  # an unwinding or a cancel() may wait for this coroutine
-            driver._soon(driver._check_joins)
-    _coroutine_done(step, result, error, False)
-    if serve_inline:
-        await driver._serve_inline()
 
 
 def _close_unstarted(step: AsyncSteps) -> None:
