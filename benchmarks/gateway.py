@@ -30,6 +30,12 @@ the slow answer too (a ``slow`` request answered ``ok``): such replies are allow
 reported as late. Targets (issue 25), each
 backend: futoin/plain <= 1.15 in the ok and mixed phases, <= 1.25 in the reject phase (exit
 status 2 in full mode when one fails).
+
+Also reported (Linux): how often per request the front's peers were woken from a sleep (the
+voluntary context switches of the backends' process and of the clients'). A front that spends
+more CPU between its sends lets its peers drain their sockets and sleep, and each ``send()``
+that wakes one costs the front more: the gap between the sides on the wire is larger than
+their gap in process (``benchmarks.account``).
 """
 
 from __future__ import annotations
@@ -57,6 +63,9 @@ REPO = Path(__file__).resolve().parent.parent
 BACKENDS = ("asyncio", "trio")
 PHASES = ("ok", "mixed", "reject")
 TARGETS = {"ok": 1.15, "mixed": 1.15, "reject": 1.25}
+#: The front's peers whose wake-ups per request are reported: the backends' process, and the
+#: clients' (this one).
+PEERS = ("backends", "clients")
 #: The reject phase admits this share of its requests (the first ones: the rate limit's period
 #: is an hour), so both sides reject the same number.
 ADMITTED_SHARE = 0.03
@@ -129,6 +138,21 @@ def _env() -> dict[str, str]:
         filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
 
 
+def _wakeups(backends_pid: int) -> tuple[int, int] | None:
+    """The voluntary context switches so far of the backends' process and of this one (the
+    clients'): each is a sleep the process was woken from, which a sender (the front) paid for
+    in its ``send()``. ``None`` where ``/proc`` does not tell (not Linux)."""
+    try:
+        with open(f"/proc/{backends_pid}/status") as status:
+            backends = next(int(line.split()[1]) for line in status
+                            if line.startswith("voluntary_ctxt_switches:"))
+        import resource
+
+        return backends, resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+    except (OSError, StopIteration, ImportError):
+        return None
+
+
 async def _counts(control: _Control, before: dict[str, int], sent: int) -> dict[str, Any]:
     """Mark until the front has counted every request of the phase (a hang-up is counted when
     the front sees the end of the stream); bounded by ``STEP_TIMEOUT``."""
@@ -143,15 +167,18 @@ async def _counts(control: _Control, before: dict[str, int], sent: int) -> dict[
         await asyncio.sleep(0.01)
 
 
-async def _phase(clients: list[Client], control: _Control, phase: Phase) -> dict[str, Any]:
+async def _phase(clients: list[Client], control: _Control, phase: Phase,
+                 backends_pid: int) -> dict[str, Any]:
     for line in phase.before:
         await control.ask(line)
     load = Load(phase.per_client, phase.mixed, phase.allow_rejected)
     first = await control.mark()
+    woken = _wakeups(backends_pid)
     for c in clients:
         c.start(load)
     await asyncio.wait_for(load.done.wait(), STEP_TIMEOUT)
     last = await _counts(control, first["counts"], load.sent)
+    woken_after = _wakeups(backends_pid)
     delta = last["delta"]
     name = phase.name
     check(not load.wrong, f"{name}: wrong replies: {load.wrong[:3]}")
@@ -166,7 +193,10 @@ async def _phase(clients: list[Client], control: _Control, phase: Phase) -> dict
     return {"requests": load.sent, "counts": delta, "late": load.late,
             "expected": {k: load.expected.get(k, 0) for k in OUTCOMES}, "cpu": cpu,
             "cpu_per_request": cpu / load.sent, "wall": last["wall"] - first["wall"],
-            "rejected_share": delta["rejected"] / load.sent}
+            "rejected_share": delta["rejected"] / load.sent,
+            "wakeups": None if woken is None or woken_after is None else {
+                peer: (woken_after[i] - woken[i]) / load.sent
+                for i, peer in enumerate(PEERS)}}
 
 
 async def run_front(impl: str, backend: str, clients: int, phases: list[Phase],
@@ -193,7 +223,7 @@ async def run_front(impl: str, backend: str, clients: int, phases: list[Phase],
             conns.append(client)
         results = {}
         for phase in phases:
-            results[phase.name] = await _phase(conns, control, phase)
+            results[phase.name] = await _phase(conns, control, phase, backends.pid)
         writer.close()
         return results
     finally:
@@ -216,6 +246,8 @@ def run_backend(backend: str, mode: Mode, seed: int = 1) -> dict[str, Any]:
     """Both fronts on ``backend``, ``mode.rounds`` rounds, the order rotating; median cells."""
     runs: dict[str, dict[str, list[float]]] = {p: {i: [] for i in IMPLS} for p in PHASES}
     shares: dict[str, dict[str, list[float]]] = {p: {i: [] for i in IMPLS} for p in PHASES}
+    woken: dict[str, dict[str, list[dict[str, float] | None]]] = {
+        p: {i: [] for i in IMPLS} for p in PHASES}
     expected: dict[str, dict[str, int]] = {}
     late: dict[str, int] = dict.fromkeys(IMPLS, 0)
     for r in range(mode.rounds):
@@ -226,6 +258,7 @@ def run_backend(backend: str, mode: Mode, seed: int = 1) -> dict[str, Any]:
             for p in PHASES:
                 runs[p][impl].append(res[p]["cpu_per_request"])
                 shares[p][impl].append(res[p]["rejected_share"])
+                woken[p][impl].append(res[p]["wakeups"])
                 late[impl] += res[p]["late"]
             expected[impl] = res["mixed"]["expected"]
     # Same seed, same requests: each reply was checked against its kind (a late reply
@@ -238,9 +271,19 @@ def run_backend(backend: str, mode: Mode, seed: int = 1) -> dict[str, Any]:
         cells[p] = {"plain": plain, "futoin": ours, "ratio": ours / plain,
                     "target": TARGETS[p], "status": _status(ours / plain <= TARGETS[p]),
                     "runs": runs[p],
-                    "rejected_share": {i: statistics.median(shares[p][i]) for i in IMPLS}}
+                    "rejected_share": {i: statistics.median(shares[p][i]) for i in IMPLS},
+                    "wakeups": _median_wakeups(woken[p])}
     return {"backend": backend, "cells": cells, "mixed_counts": expected["plain"], "late": late,
             "rounds": mode.rounds, "requests": mode.requests, "clients": mode.clients}
+
+
+def _median_wakeups(runs: dict[str, list[dict[str, float] | None]]
+                    ) -> dict[str, dict[str, float]] | None:
+    """Per side, the median over the rounds of each peer's wake-ups per request."""
+    if any(w is None for side in runs.values() for w in side):
+        return None
+    return {impl: {peer: statistics.median(w[peer] for w in side if w is not None)
+                   for peer in PEERS} for impl, side in runs.items()}
 
 
 def _status(good: bool) -> str:
@@ -271,6 +314,17 @@ def render(rows: list[dict[str, Any]]) -> str:
         " allowed, counted over all phases and rounds): " + "; ".join(
         f"{row['backend']} plain {row['late']['plain']}, futoin {row['late']['futoin']}"
         for row in rows) + ".")
+    woken = [(row["backend"], p, row["cells"][p]["wakeups"]) for row in rows for p in PHASES
+             if row["cells"][p].get("wakeups")]
+    if woken:
+        out += ["", "Peers woken per request (median; voluntary context switches of the"
+                " backends' process and of the clients' process, each a sleep the peer was"
+                " woken from, which the front's `send()` paid for):", "",
+                "| backend | phase | backends: plain | backends: futoin | clients: plain"
+                " | clients: futoin |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+        out += [f"| {backend} | {p} | {w['plain']['backends']:.2f} | {w['futoin']['backends']:.2f}"
+                f" | {w['plain']['clients']:.2f} | {w['futoin']['clients']:.2f} |"
+                for backend, p, w in woken]
     return "\n".join(out)
 
 

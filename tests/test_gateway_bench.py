@@ -14,6 +14,7 @@ did, not what the front does.
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 import pytest
@@ -55,6 +56,12 @@ def test_both_fronts_give_the_same_outcomes(backend: str) -> None:
     assert plain["pinned"]["counts"]["rejected"] == CLIENTS * 3
     for result in (plain, futoin):
         assert all(phase["cpu_per_request"] > 0 for phase in result.values())
+        if sys.platform == "linux":  # the peers' wake-ups, read from /proc
+            for phase in result.values():
+                assert set(phase["wakeups"]) == set(gateway.PEERS)
+                assert all(w >= 0 for w in phase["wakeups"].values())
+            # The clients sleep between replies: at least one wake-up in the mixed phase.
+            assert result["mixed"]["wakeups"]["clients"] > 0
 
 
 def test_plain_admission_limits_places_and_rate() -> None:
@@ -82,6 +89,12 @@ def test_table_and_targets() -> None:
            "cells": {"ok": cell(1.1, 1.15), "mixed": cell(1.2, 1.15),
                      "reject": cell(1.2, 1.25)}}
     table = gateway.render([row])
+    assert "Peers woken" not in table  # no wake-ups measured (not Linux): no such table
+    row["cells"]["ok"]["wakeups"] = {"plain": {"backends": 0.06, "clients": 0.1},
+                                     "futoin": {"backends": 0.4, "clients": 0.125}}
+    table = gateway.render([row])
+    assert "| trio | ok | 0.06 | 0.40 | 0.10 | 0.12 |" in table
+    assert "| trio | mixed |" not in table.split("Peers woken")[1]
     assert "| trio | ok | 100 µs | 110 µs | 1.10 | <= 1.15 | PASS |" in table
     assert "| trio | mixed | 100 µs | 120 µs | 1.20 | <= 1.15 | FAIL |" in table
     assert "futoin 96.0%" in table and "futoin 1." in table
