@@ -1036,9 +1036,10 @@ class _Driver:
         if raw is _EMPTY:
             raw = self._raw_tasks = set()
         context = copy_context()
-        if _sniffio is not None:
+        if _sniffio is not None and self._library == "asyncio":
             # The start may come from a plain event-loop callback (a thread hand-off, a future's
-            # done callback), where no task tells which library runs: say it.
+            # done callback), where no task tells which library runs: say it. (Trio says it
+            # itself: sniffio reads the thread-local that trio sets for the whole run first.)
             context.run(_sniffio.current_async_library_cvar.set, self._library)
         task = _RawTask()
         raw.add(task)
