@@ -20,6 +20,7 @@ cdef class _Flow:
                    q=list, reuse=bint, loop=_LoopRun)
     cpdef int run(self, int budget) except? -1
 
+    cpdef bint _unwound(self, exc) except -1
     cpdef object _step_raised(self, exc)
     cpdef object _unwind(self, code, bint fresh=*)
     cpdef _interrupted(self)

@@ -295,12 +295,9 @@ class _Flow:
                                         args = next(loop.it, None)
                                     except Exception as exc:
                                         # A collection changed, a generator raised.
-                                        if self._step_raised(exc) is not GO_ON:
+                                        if not self._unwound(exc):
                                             return budget
-                                        if self.interrupt:
-                                            self._interrupted()
-                                            return budget
-                                        frame = stack[-1]  # unwound
+                                        frame = stack[-1]
                                         continue
                                 if args is not None:
                                     # The iteration's arguments go to its call from here: the
@@ -363,12 +360,9 @@ class _Flow:
                         # _hooks.refuse): unwound as if it had raised it.
                         self.handed = None
                         self.interrupt = False
-                        if self._step_raised(handed) is not GO_ON:
+                        if not self._unwound(handed):
                             return budget
-                        if self.interrupt:
-                            self._interrupted()
-                            return budget
-                        frame = stack[-1]  # unwound
+                        frame = stack[-1]
                         continue
                     st = step._status
                     if st is EXEC:
@@ -417,18 +411,27 @@ class _Flow:
                 if res is not _RUNNING:
                     raise
                 res = None
-                if not self.interrupt:
-                    if self._step_raised(exc) is not GO_ON:
-                        return budget
-                    if not self.interrupt:
-                        frame = stack[-1]  # unwound
-                        continue
-                self._interrupted()
-                return budget
+                if self.interrupt:
+                    self._interrupted()
+                    return budget
+                if not self._unwound(exc):
+                    return budget
+                frame = stack[-1]
+                continue
         self.driver._schedule(self)
         return 0
 
     # -- errors -------------------------------------------------------------------------------
+
+    def _unwound(self, exc: BaseException) -> bool:
+        """Unwind ``exc``, the top step's error: ``True`` if the run goes on from the new top,
+        ``False`` if it stops here (the flow waits, ended, or is to be cancelled)."""
+        if self._step_raised(exc) is not GO_ON:
+            return False
+        if self.interrupt:
+            self._interrupted()
+            return False
+        return True
 
     def _step_raised(self, exc: BaseException) -> bool | None:
         """The top step's callback raised: unwind. What :meth:`_unwind` returns."""

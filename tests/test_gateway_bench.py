@@ -84,10 +84,10 @@ def test_table_and_targets() -> None:
                 "status": "PASS" if ratio <= target else "FAIL", "runs": {},
                 "rejected_share": {"plain": 0.97, "futoin": 0.96}}
 
-    row = {"backend": "trio", "late": {"plain": 0, "futoin": 1},
-           "mixed_counts": dict.fromkeys(OUTCOMES, 1),
-           "cells": {"ok": cell(1.1, 1.15), "mixed": cell(1.2, 1.15),
-                     "reject": cell(1.2, 1.25)}}
+    row: dict[str, Any] = {
+        "backend": "trio", "late": {"plain": 0, "futoin": 1},
+        "mixed_counts": dict.fromkeys(OUTCOMES, 1),
+        "cells": {"ok": cell(1.1, 1.15), "mixed": cell(1.2, 1.15), "reject": cell(1.2, 1.25)}}
     table = gateway.render([row])
     assert "Peers woken" not in table  # no wake-ups measured (not Linux): no such table
     row["cells"]["ok"]["wakeups"] = {"plain": {"backends": 0.06, "clients": 0.1},
