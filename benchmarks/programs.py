@@ -156,8 +156,8 @@ class _Checker:
     def fail(self, message: str) -> None:
         self.problems.append(message)
 
-    def count(self, what: str) -> None:
-        self.counts[what] = self.counts.get(what, 0) + 1
+    def count(self, what: str, times: int = 1) -> None:
+        self.counts[what] = self.counts.get(what, 0) + times
 
     def nothing_running_under(self, sid: str, what: str) -> None:
         for path in self.running.values():
@@ -418,8 +418,7 @@ async def run_program(seed: int, redis_client: Any = None) -> _Checker:
         stats = prim.statistics()
         if stats.held or stats.waiting:
             chk.fail(f"primitive {index} left with {stats}")
-        for _ in range(stats.rejected):
-            chk.count("refused")
+        chk.count("refused", stats.rejected)
     if redis_client is not None:
         await _redis_settles(chk, prims[local])
     return chk

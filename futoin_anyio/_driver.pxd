@@ -79,7 +79,7 @@ cdef class _RawTask:
 cdef object Any, COMPILED, Callable, CancelScope, Coroutine, Errors
 cdef object FutoInError, Lock, _ins, _TASK_CONTEXT, _asyncio_current_task
 cdef object Awaitable, Context, Generator
-cdef object TYPE_CHECKING, _Future, _PRUNE_SLACK, _asyncio_future_type, _close_unstarted
+cdef object TYPE_CHECKING, _Future, _LEFT, _PRUNE_SLACK, _asyncio_future_type, _close_unstarted
 cdef object _has_running, _inline_cancelled, _judgeable_group, _on_timeout
 cdef object _asyncio_sleep, _running_asyncio_loop, _sniffio, anyio, cancel_scope
 cdef object copy_context, deque, get_cancelled_exc_class, get_ident

@@ -86,6 +86,8 @@ logger = logging.getLogger("futoin_anyio")
 BURST = 100
 
 _CoroRunner = Callable[..., Coroutine[Any, Any, None]]
+#: Why the tasks of no group of a ``promise()`` are cancelled when it is left by an exception.
+_LEFT = "promise() is left by an exception"
 
 #: The value of a driver's container that was never needed: empty, falsy, iterable, and never
 #: written to (the writers make the real container first).
@@ -1058,8 +1060,8 @@ class _Driver:
             else:
                 with CancelScope() as scope:
                     task.scope = scope
-                    if task.cancelled:
-                        scope.cancel()
+                    if task.cancelled:  # promise() was left before this task started
+                        cancel_scope(scope, _LEFT)
                     await func(*args)
         except BaseException as exc:  # a task of no group: the driver re-raises it
             self._report_fatal(exc)
@@ -1081,7 +1083,7 @@ class _Driver:
                     for task in self._raw_tasks:
                         task.cancelled = True
                         if task.scope is not None:
-                            cancel_scope(task.scope, "promise() is left by an exception")
+                            cancel_scope(task.scope, _LEFT)
                 idle = self._raw_idle = anyio.Event()
                 await idle.wait()
 
@@ -1339,7 +1341,7 @@ async def _run_coroutine(step: AsyncSteps, coro: Coroutine[Any, Any, Any],
             if raw is not None:
                 raw.scope = scope
                 if raw.cancelled:  # promise() was left before this task started
-                    cancel_scope(scope, "promise() is left by an exception")
+                    cancel_scope(scope, _LEFT)
             # What the coroutine ends with is judged here: the backend's cancellation, and a
             # group of nothing but cancellations (from a nursery or task group inside the
             # step), go out unchanged to the scope that owns them; KeyboardInterrupt and the
