@@ -1089,8 +1089,12 @@ class _Driver:
 
     def _idle_after_promise(self) -> bool:
         """Is there nothing of this promise() driver's left to cancel? (It keeps no pending
-        coroutines: its coroutine tasks start at once, see :meth:`_start_coroutine`.)"""
-        return not (self._roots or self._ready or self._timers)
+        coroutines: its coroutine tasks start at once, see :meth:`_start_coroutine`.)
+
+        Timers count by ``_pending``, not by the heap: a ``set_timeout()`` whose step ended
+        leaves its cancelled entry there, holding an emptied handle, and ``_cancel_all()`` for
+        nothing but that costs about 1 % of a request's CPU."""
+        return not (self._roots or self._ready or self._pending)
 
     def _start_pending_coros(self) -> None:
         pending = self._pending_coros
