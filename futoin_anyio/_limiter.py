@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, final
 
+from ._final import refuse_subclasses
 from ._mutex import Mutex, _Entry
 from ._steps import AsyncSteps
 from ._sync_common import (
@@ -57,7 +58,6 @@ class _Section(ThrottleSection):
         return f"<Limiter.sync {self.func!r}>"
 
 
-@final
 class Limiter:
     """Processing limits in one primitive (FTN12 §1.11.7, §2.5): a Mutex and a Throttle.
 
@@ -112,7 +112,8 @@ class Limiter:
         ``func`` receives the incoming success arguments; its result goes to the following step
         as if there were no Limiter. ``onerror`` is ``func``'s error handler.
         """
-        check_section("Limiter", func, onerror)
+        if not callable(func) or (onerror is not None and not callable(onerror)):
+            check_section("Limiter", func, onerror)  # raises, saying which is not callable
         asi.add(_Entry(self._mutex, _Section(self._throttle, func, onerror), None))
 
     # -- plain AnyIO ------------------------------------------------------------------------------
@@ -145,3 +146,9 @@ class Limiter:
 
     def __repr__(self) -> str:
         return f"<Limiter {self._mutex!r} {self._throttle!r}>"
+
+
+# Limiter is final. The compiled build's extension type is, by its declaration
+# (``_limiter.pxd``), and cannot take ``typing.final``; the pure build's class refuses
+# subclasses the same way.
+refuse_subclasses(Limiter)

@@ -13,6 +13,7 @@ from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from . import _instrument as _ins
 from ._driver import Handle
+from ._final import refuse_subclasses
 from ._frame import SWITCHES
 from ._hooks import refuse
 from ._steps import AsyncSteps
@@ -156,7 +157,6 @@ class _Section:
         return f"<Throttle.sync {self.func!r}>"
 
 
-@final
 class Throttle:
     """At most ``max`` critical section entries per period (FTN12 §1.11.2, §2.4).
 
@@ -400,3 +400,9 @@ class Throttle:
         self._timer_host = None
         self._refresh(current_time())
         self._sync_timer()  # still waiting for this period's end (a clock a hair early)
+
+
+# Throttle is final. The compiled build's extension type is, by its declaration
+# (``_throttle.pxd``), and cannot take ``typing.final``; the pure build's class refuses
+# subclasses the same way.
+refuse_subclasses(Throttle)

@@ -14,7 +14,8 @@ from futoin_anyio import AsyncSteps
 from futoin_anyio._frame import COMPILED
 
 #: The public classes that are extension types in the compiled build.
-_EXTENSION_TYPES = ("AsyncSteps", "AsyncTool", "Handle", "Mutex", "ParallelSteps")
+_EXTENSION_TYPES = ("AsyncSteps", "AsyncTool", "Handle", "Limiter", "Mutex", "ParallelSteps",
+                    "Throttle")
 
 
 def test_all_names_are_exported_and_public() -> None:
@@ -100,7 +101,8 @@ def test_error_codes() -> None:
     assert str(FutoInError("Code")) == "Code"
 
 
-@pytest.mark.parametrize("name", ["AsyncTool", "Handle", "Mutex", "ParallelSteps"])
+@pytest.mark.parametrize(
+    "name", ["AsyncTool", "Handle", "Limiter", "Mutex", "ParallelSteps", "Throttle"])
 def test_final_classes_refuse_subclasses(name: str) -> None:
     # Final in both builds: an extension type declared final (compiled), a class that refuses
     # subclasses the same way (pure; _final.refuse_subclasses).
