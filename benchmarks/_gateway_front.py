@@ -23,13 +23,15 @@ side's deadline scope, the futoin side's root). Backend replies of requests give
 skipped by their id.
 
 Control lines (their own connection) start with ``!``: ``!mark`` answers a JSON line
-(``time.process_time()``, the outcome counts, the admission places held); ``!admit C R P``
-replaces the admission by one of ``C`` places and ``R`` entries per ``P`` ms; ``!pin`` holds
-every place, so that every request is rejected.
+(``time.process_time()``, the outcome counts, the admission places held, the cyclic
+collector's collections and time so far); ``!admit C R P`` replaces the admission by one of
+``C`` places and ``R`` entries per ``P`` ms; ``!pin`` holds every place, so that every request
+is rejected.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
@@ -129,6 +131,29 @@ class Admission:
         self.in_flight -= 1
 
 
+class Collector:
+    """The cyclic collector's work in this process (a ``gc.callbacks`` entry): collections per
+    generation and the time spent in them, for ``!mark``. Both sides allocate differently, and
+    a concurrent server's collections scan the young objects of every request in flight."""
+
+    __slots__ = ("_started", "collections", "seconds")
+
+    def __init__(self) -> None:
+        self.collections = [0, 0, 0]
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+            self.collections[info["generation"]] += 1
+
+    def report(self) -> dict[str, Any]:
+        return {"collections": list(self.collections), "seconds": self.seconds}
+
+
 class _Results:
     __slots__ = ("a", "b", "retried")
 
@@ -180,6 +205,8 @@ class Front:
         self.impl, self.backend, self.ports = impl, backend, ports
         self.counts = dict.fromkeys(OUTCOMES, 0)
         self.tg: Any = None
+        #: Watches the collector while the front serves (see :func:`serve`); ``!mark`` reports it.
+        self.collector: Collector | None = None
         if backend == "trio":
             import trio
 
@@ -319,7 +346,8 @@ class Front:
         if words[0] == b"mark":
             held = self.limiter.statistics().held if self.impl == "futoin" \
                 else self.admission.in_flight
-            report = {"cpu": time.process_time(), "counts": self.counts, "held": held}
+            report = {"cpu": time.process_time(), "counts": self.counts, "held": held,
+                      "gc": None if self.collector is None else self.collector.report()}
             await send(json.dumps(report).encode() + b"\n")
         elif words[0] == b"admit":
             concurrent, rate, period_ms = (int(w) for w in words[1:])
@@ -349,10 +377,15 @@ async def serve(impl: str, backend: str, ports: tuple[int, int]) -> None:
     """Serve until terminated by the driver, or for :data:`LIFETIME_S` at most (a driver that
     died leaves no front behind)."""
     front = Front(impl, backend, ports)
-    with anyio.move_on_after(LIFETIME_S):
-        async with anyio.create_task_group() as tg:
-            front.tg = tg
-            await serve_tcp(backend, front.handle)
+    front.collector = Collector()
+    gc.callbacks.append(front.collector)
+    try:
+        with anyio.move_on_after(LIFETIME_S):
+            async with anyio.create_task_group() as tg:
+                front.tg = tg
+                await serve_tcp(backend, front.handle)
+    finally:
+        gc.callbacks.remove(front.collector)
 
 
 def main(argv: list[str]) -> int:

@@ -35,7 +35,10 @@ Also reported (Linux): how often per request the front's peers were woken from a
 voluntary context switches of the backends' process and of the clients'). A front that spends
 more CPU between its sends lets its peers drain their sockets and sleep, and each ``send()``
 that wakes one costs the front more: the gap between the sides on the wire is larger than
-their gap in process (``benchmarks.account``).
+their gap in process (``benchmarks.account``). And, on every platform, the front's cyclic
+collector (``gc.callbacks``): its collections per 1,000 requests and the CPU they took per
+request. With requests in flight on many connections, how often a collection comes depends on
+how the objects of the requests in flight are made and freed, not only on how many each makes.
 """
 
 from __future__ import annotations
@@ -196,7 +199,19 @@ async def _phase(clients: list[Client], control: _Control, phase: Phase,
             "rejected_share": delta["rejected"] / load.sent,
             "wakeups": None if woken is None or woken_after is None else {
                 peer: (woken_after[i] - woken[i]) / load.sent
-                for i, peer in enumerate(PEERS)}}
+                for i, peer in enumerate(PEERS)},
+            "collector": _collector(first["gc"], last["gc"], load.sent)}
+
+
+def _collector(before: dict[str, Any] | None, after: dict[str, Any] | None,
+               sent: int) -> dict[str, float] | None:
+    """The front's cyclic collector over a phase: collections (every generation) per 1,000
+    requests, and its time per request in seconds (part of the front's CPU)."""
+    if before is None or after is None:
+        return None
+    collections = sum(after["collections"]) - sum(before["collections"])
+    return {"per_1000": collections * 1000 / sent,
+            "seconds_per_request": (after["seconds"] - before["seconds"]) / sent}
 
 
 async def run_front(impl: str, backend: str, clients: int, phases: list[Phase],
@@ -248,6 +263,8 @@ def run_backend(backend: str, mode: Mode, seed: int = 1) -> dict[str, Any]:
     shares: dict[str, dict[str, list[float]]] = {p: {i: [] for i in IMPLS} for p in PHASES}
     woken: dict[str, dict[str, list[dict[str, float] | None]]] = {
         p: {i: [] for i in IMPLS} for p in PHASES}
+    collector: dict[str, dict[str, list[dict[str, float] | None]]] = {
+        p: {i: [] for i in IMPLS} for p in PHASES}
     expected: dict[str, dict[str, int]] = {}
     late: dict[str, int] = dict.fromkeys(IMPLS, 0)
     for r in range(mode.rounds):
@@ -259,6 +276,7 @@ def run_backend(backend: str, mode: Mode, seed: int = 1) -> dict[str, Any]:
                 runs[p][impl].append(res[p]["cpu_per_request"])
                 shares[p][impl].append(res[p]["rejected_share"])
                 woken[p][impl].append(res[p]["wakeups"])
+                collector[p][impl].append(res[p]["collector"])
                 late[impl] += res[p]["late"]
             expected[impl] = res["mixed"]["expected"]
     # Same seed, same requests: each reply was checked against its kind (a late reply
@@ -272,7 +290,8 @@ def run_backend(backend: str, mode: Mode, seed: int = 1) -> dict[str, Any]:
                     "target": TARGETS[p], "status": _status(ours / plain <= TARGETS[p]),
                     "runs": runs[p],
                     "rejected_share": {i: statistics.median(shares[p][i]) for i in IMPLS},
-                    "wakeups": _median_wakeups(woken[p])}
+                    "wakeups": _median_wakeups(woken[p]),
+                    "collector": _median_collector(collector[p])}
     return {"backend": backend, "cells": cells, "mixed_counts": expected["plain"], "late": late,
             "rounds": mode.rounds, "requests": mode.requests, "clients": mode.clients}
 
@@ -284,6 +303,16 @@ def _median_wakeups(runs: dict[str, list[dict[str, float] | None]]
         return None
     return {impl: {peer: statistics.median(w[peer] for w in side if w is not None)
                    for peer in PEERS} for impl, side in runs.items()}
+
+
+def _median_collector(runs: dict[str, list[dict[str, float] | None]]
+                      ) -> dict[str, dict[str, float]] | None:
+    """Per side, the median over the rounds of the collector's figures (see :func:`_collector`)."""
+    if any(c is None for side in runs.values() for c in side):
+        return None
+    return {impl: {key: statistics.median(c[key] for c in side if c is not None)
+                   for key in ("per_1000", "seconds_per_request")}
+            for impl, side in runs.items()}
 
 
 def _status(good: bool) -> str:
@@ -325,6 +354,17 @@ def render(rows: list[dict[str, Any]]) -> str:
         out += [f"| {backend} | {p} | {w['plain']['backends']:.2f} | {w['futoin']['backends']:.2f}"
                 f" | {w['plain']['clients']:.2f} | {w['futoin']['clients']:.2f} |"
                 for backend, p, w in woken]
+    collected = [(row["backend"], p, row["cells"][p]["collector"]) for row in rows
+                 for p in PHASES if row["cells"][p].get("collector")]
+    if collected:
+        out += ["", "The front's cyclic collector (median; collections of every generation per"
+                " 1,000 requests, and the CPU they took per request, part of the figures above):",
+                "", "| backend | phase | collections: plain | collections: futoin | plain"
+                " | futoin |", "| --- | --- | ---: | ---: | ---: | ---: |"]
+        out += [f"| {backend} | {p} | {c['plain']['per_1000']:.1f} | {c['futoin']['per_1000']:.1f}"
+                f" | {c['plain']['seconds_per_request'] * 1e6:.1f} µs"
+                f" | {c['futoin']['seconds_per_request'] * 1e6:.1f} µs |"
+                for backend, p, c in collected]
     return "\n".join(out)
 
 

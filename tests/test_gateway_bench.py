@@ -56,6 +56,11 @@ def test_both_fronts_give_the_same_outcomes(backend: str) -> None:
     assert plain["pinned"]["counts"]["rejected"] == CLIENTS * 3
     for result in (plain, futoin):
         assert all(phase["cpu_per_request"] > 0 for phase in result.values())
+        for phase in result.values():  # the front's collector, read through ``gc.callbacks``
+            collector = phase["collector"]
+            assert set(collector) == {"per_1000", "seconds_per_request"}
+            assert collector["per_1000"] >= 0 and collector["seconds_per_request"] >= 0
+            assert (collector["per_1000"] == 0) == (collector["seconds_per_request"] == 0)
         if sys.platform == "linux":  # the peers' wake-ups, read from /proc
             for phase in result.values():
                 assert set(phase["wakeups"]) == set(gateway.PEERS)
@@ -98,6 +103,13 @@ def test_table_and_targets() -> None:
     assert "| trio | ok | 100 µs | 110 µs | 1.10 | <= 1.15 | PASS |" in table
     assert "| trio | mixed | 100 µs | 120 µs | 1.20 | <= 1.15 | FAIL |" in table
     assert "futoin 96.0%" in table and "futoin 1." in table
+    assert "cyclic collector" not in table  # none reported: no such table
+    row["cells"]["reject"]["collector"] = {
+        "plain": {"per_1000": 0.5, "seconds_per_request": 2e-7},
+        "futoin": {"per_1000": 6.25, "seconds_per_request": 2.5e-6}}
+    table = gateway.render([row])
+    assert "| trio | reject | 0.5 | 6.2 | 0.2 µs | 2.5 µs |" in table
+    assert "| trio | ok |" not in table.split("cyclic collector")[1]
     assert [t["status"] for t in gateway.targets([row])] == ["PASS", "FAIL", "PASS"]
 
 
