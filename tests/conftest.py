@@ -9,6 +9,9 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import Phase, settings
 
+#: ``pytester`` runs a pytest of its own (tests of the test helpers, ``test_testing_aid.py``).
+pytest_plugins = ["pytester"]
+
 # The explain phase traces every line of a failing example: on our fuzz programs that takes
 # minutes. Shrinking still gives a minimal failing program.
 settings.register_profile("futoin", phases=[p for p in Phase if p is not Phase.explain])

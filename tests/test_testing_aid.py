@@ -28,8 +28,6 @@ def anyio_backend(request: pytest.FixtureRequest) -> Any:
 
 # -- as_test: tests that pass ----------------------------------------------------------------
 
-CALLS: list[str] = []
-
 
 @as_test
 def test_plain_step_runs(asi: AsyncSteps) -> None:
@@ -39,20 +37,17 @@ def test_plain_step_runs(asi: AsyncSteps) -> None:
 
     asi.add(lambda asi: asi.success(1, 2))
     asi.add(check)
-    asi.add(lambda asi: CALLS.append("plain"))
 
 
 @as_test
 async def test_coroutine_step_runs(asi: AsyncSteps) -> None:
     await anyio.sleep(0.01)
-    CALLS.append("coroutine")
 
 
 @as_test
 def test_fixtures_are_passed(asi: AsyncSteps, tmp_path: Any, anyio_backend_name: str) -> None:
     assert tmp_path.exists()
     assert anyio_backend_name in BACKENDS
-    CALLS.append("fixtures")
 
 
 @as_test(onerror=expect_error(Errors.Timeout))
@@ -69,24 +64,62 @@ class TestInClass:
     @as_test
     def test_method(self, asi: AsyncSteps) -> None:
         assert isinstance(self, TestInClass)
-        CALLS.append("method")
 
     @as_test
     async def test_async_method(self, asi: AsyncSteps, anyio_backend_name: str) -> None:
         await anyio.lowlevel.checkpoint()
-        CALLS.append(f"async method {anyio_backend_name}")
+        assert anyio_backend_name in BACKENDS
 
 
-def test_the_decorated_tests_ran_on_both_backends() -> None:
-    # Runs after the tests above in file order (pytest's default order).
-    assert CALLS.count("plain") == 2
-    assert CALLS.count("coroutine") == 2
-    assert CALLS.count("fixtures") == 2
-    assert CALLS.count("method") == 2
-    assert sorted(c for c in CALLS if c.startswith("async method")) == [
-        "async method asyncio",
-        "async method trio",
-    ]
+#: A test module of decorated tests, each saying where it ran: run by a pytest of its own below.
+_DECORATED = """
+import anyio
+import anyio.lowlevel
+import pytest
+
+from futoin_anyio.testing import BACKENDS, as_test, backend
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=BACKENDS)
+def anyio_backend(request):
+    return backend(request.param, autojump_clock=True)
+
+
+@as_test
+def test_plain(asi, anyio_backend_name):
+    asi.add(lambda asi: print("ran plain on", anyio_backend_name))
+
+
+@as_test
+async def test_coroutine(asi, anyio_backend_name):
+    await anyio.sleep(0.01)
+    print("ran coroutine on", anyio_backend_name)
+
+
+class TestInClass:
+    @as_test
+    def test_method(self, asi, anyio_backend_name):
+        print("ran method on", anyio_backend_name)
+
+    @as_test
+    async def test_async_method(self, asi, anyio_backend_name):
+        await anyio.lowlevel.checkpoint()
+        print("ran async method on", anyio_backend_name)
+"""
+
+
+def test_the_decorated_tests_run_on_both_backends(pytester: pytest.Pytester) -> None:
+    # A pytest of its own, rather than what the tests above left behind: under pytest-xdist
+    # those may run in another worker, or after this one.
+    pytester.makepyfile(test_decorated=_DECORATED)
+    result = pytester.runpytest_subprocess("-s", "-p", "no:cacheprovider", "-p", "no:xdist")
+    result.assert_outcomes(passed=4 * len(BACKENDS))
+    out = result.stdout.str()
+    for kind in ("plain", "coroutine", "method", "async method"):
+        for name in BACKENDS:
+            assert out.count(f"ran {kind} on {name}\n") == 1, (kind, name, out)
 
 
 def test_as_test_builds_the_pytest_signature() -> None:
