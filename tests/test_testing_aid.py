@@ -35,13 +35,19 @@ def test_plain_step_runs(asi: AsyncSteps) -> None:
         assert (a, b) == (1, 2)
         asi.state.checked = True
 
+    def verify(asi: AsyncSteps) -> None:
+        assert asi.state.checked
+
     asi.add(lambda asi: asi.success(1, 2))
     asi.add(check)
+    asi.add(verify)
 
 
 @as_test
 async def test_coroutine_step_runs(asi: AsyncSteps) -> None:
+    start = anyio.current_time()
     await anyio.sleep(0.01)
+    assert anyio.current_time() - start >= 0.009  # virtual time on trio
 
 
 @as_test
