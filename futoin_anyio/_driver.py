@@ -208,8 +208,7 @@ def _new_handle(tool: _Driver, func: Callable[..., object], args: tuple[Any, ...
     return handle
 
 
-# Handle is final. The compiled build's extension type is, by its declaration (``_driver.pxd``),
-# and cannot take ``typing.final``; the pure build's class refuses subclasses the same way.
+# Final in both builds: declared so in ``_driver.pxd``, refused here in the pure one (``_final``).
 refuse_subclasses(Handle)
 
 

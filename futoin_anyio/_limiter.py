@@ -147,7 +147,5 @@ class Limiter:
         return f"<Limiter {self._mutex!r} {self._throttle!r}>"
 
 
-# Limiter is final. The compiled build's extension type is, by its declaration
-# (``_limiter.pxd``), and cannot take ``typing.final``; the pure build's class refuses
-# subclasses the same way.
+# Final in both builds: declared so in ``_limiter.pxd``, refused here in the pure one (``_final``).
 refuse_subclasses(Limiter)

@@ -342,6 +342,5 @@ class Mutex:
             owners[waiter.key] = 1
 
 
-# Mutex is final. The compiled build's extension type is, by its declaration (``_mutex.pxd``),
-# and cannot take ``typing.final``; the pure build's class refuses subclasses the same way.
+# Final in both builds: declared so in ``_mutex.pxd``, refused here in the pure one (``_final``).
 refuse_subclasses(Mutex)

@@ -119,9 +119,7 @@ class ParallelSteps:
             driver._schedule(bflow)
 
 
-# ParallelSteps is final. The compiled build's extension type is, by its declaration
-# (``_parallel.pxd``), and cannot take ``typing.final``; the pure build's class refuses
-# subclasses the same way.
+# Final in both builds: declared so in ``_parallel.pxd``, refused here in the pure one (``_final``).
 refuse_subclasses(ParallelSteps)
 
 

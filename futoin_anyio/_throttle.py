@@ -402,7 +402,5 @@ class Throttle:
         self._sync_timer()  # still waiting for this period's end (a clock a hair early)
 
 
-# Throttle is final. The compiled build's extension type is, by its declaration
-# (``_throttle.pxd``), and cannot take ``typing.final``; the pure build's class refuses
-# subclasses the same way.
+# Final in both builds: declared so in ``_throttle.pxd``, refused here in the pure one (``_final``).
 refuse_subclasses(Throttle)

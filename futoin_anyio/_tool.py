@@ -200,8 +200,7 @@ class AsyncTool(_Driver):
             raise FutoInError(Errors.InternalError, f"{what}: the AsyncTool is not running")
 
 
-# AsyncTool is final. The compiled build's extension type is, by its declaration (``_tool.pxd``),
-# and cannot take ``typing.final``; the pure build's class refuses subclasses the same way.
+# Final in both builds: declared so in ``_tool.pxd``, refused here in the pure one (``_final``).
 refuse_subclasses(AsyncTool)
 
 
