@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
 
@@ -35,6 +36,7 @@ def _engine_extensions() -> list[Extension]:
         return []
     try:
         from Cython.Build import cythonize
+        from Cython.Compiler import Options
     except ImportError:
         _say("Cython is not available: building the pure-Python engine")
         return []
@@ -42,11 +44,16 @@ def _engine_extensions() -> list[Extension]:
     extensions = [Extension(f"futoin_anyio.{name}", [f"futoin_anyio/{name}.py"],
                             extra_compile_args=["-g0"], extra_link_args=["-s"])
                   for name in COMPILED_MODULES]
+    # The closures of the compiled coroutines (promise(), the driver's loops, a branch task's
+    # body) come from free lists of 128, not Cython's default 8 (docs/internals.rst, "Free
+    # lists"). A module-level option: parallel workers see it only when forked.
+    Options.closure_freelist_size = 128
+    forked = multiprocessing.get_context().get_start_method() == "fork"
     try:
         return list(cythonize(
             extensions,
             build_dir="build/cython",  # the generated C stays out of the package folder
-            nthreads=os.cpu_count() or 1,
+            nthreads=(os.cpu_count() or 1) if forked else 0,
             language_level=3,
             quiet=True,
             compiler_directives={

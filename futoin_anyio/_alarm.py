@@ -30,7 +30,15 @@ import sys
 from collections.abc import Callable
 from contextvars import Context
 from heapq import heapify, heappop, heappush
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the stand-in's typed decorators
+    from . import _nocython as cython
+else:
+    try:
+        import cython
+    except ImportError:  # its decorators are no-ops in the pure build
+        from . import _nocython as cython
 
 __all__ = ("TASK_NAME", "Alarm", "arm")
 
@@ -41,6 +49,8 @@ TASK_NAME = "futoin_anyio timeout alarms"
 logger = logging.getLogger("futoin_anyio")
 
 
+@cython.freelist(128)
+@cython.cclass
 class Alarm:
     """One armed alarm: calls ``due()`` at ``when`` (the event loop's clock) unless disarmed."""
 

@@ -156,6 +156,8 @@ def _gone() -> None:
     """The callback of a handle that ran or was cancelled: what it held is let go at once."""
 
 
+@cython.freelist(128)
+@cython.cclass
 class Handle:
     """A callback scheduled by :meth:`AsyncTool.immediate` or :meth:`AsyncTool.deferred`."""
 
@@ -212,6 +214,8 @@ def _new_handle(tool: _Driver, func: Callable[..., object], args: tuple[Any, ...
 refuse_subclasses(Handle)
 
 
+@cython.freelist(128)
+@cython.cclass
 class _Driver:
     """The driver's state and machinery; :class:`~futoin_anyio.AsyncTool` is the one subclass."""
 
@@ -1193,6 +1197,8 @@ class _Driver:
 _Future = _asyncio_future_type
 
 
+@cython.freelist(128)
+@cython.cclass
 class _RawTask:
     """A task of :meth:`_Driver._spawn`: its cancel scope once it runs, and its asyncio task
     (held here: asyncio keeps only weak references to tasks)."""

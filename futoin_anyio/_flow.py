@@ -169,7 +169,7 @@ def _on_timeout(frame: AsyncSteps, timeout_ms: float = math.nan) -> None:
 
 
 # A root or branch's flow: freed ones serve the next (a subclass of Python's never).
-@cython.freelist(16)
+@cython.freelist(256)
 @cython.cclass
 class _Flow:
     """One sequential thread of steps: a root, or a branch of a parallel step."""

@@ -86,9 +86,10 @@ class _Switches:
 SWITCHES: Final = _Switches()
 
 
-# The compiled build keeps up to 64 freed frames (of _Frame and AsyncSteps, not of a Python
-# subclass) for the next ones: a step object per step, without a trip to the allocator.
-@cython.freelist(64)
+# The compiled build keeps up to 512 freed frames (of _Frame and AsyncSteps, not of a Python
+# subclass) for the next ones: a step object per step, without a trip to the allocator and
+# without counting towards the cyclic collector's next run (docs/internals.rst, "Free lists").
+@cython.freelist(512)
 @cython.cclass
 class _Frame:
     """The data of a step object: :class:`~futoin_anyio.AsyncSteps` (``_steps``) is its one
@@ -117,7 +118,7 @@ class _Frame:
     )
 
 
-@cython.freelist(64)
+@cython.freelist(512)
 @cython.cclass
 class _Ext:
     """The rarely used parts of a frame."""

@@ -59,6 +59,8 @@ class MutexStatistics:
     max_queue: int | None
 
 
+@cython.freelist(128)
+@cython.cclass
 class _Entry:
     """A flow's entry into the Mutex: the step ``sync()`` adds, and the waiter of its run.
 

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = ("ParallelSteps",)
 
 
+@cython.freelist(128)
+@cython.cclass
 class ParallelSteps:
     """The object ``asi.parallel()`` returns: ``add()`` and ``sync()`` add branches."""
 
@@ -123,6 +125,8 @@ class ParallelSteps:
 refuse_subclasses(ParallelSteps)
 
 
+@cython.freelist(128)
+@cython.cclass
 class _ParallelRun:
     """One execution of a parallel step: its branch flows, joined by a counter."""
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from threading import get_ident
 from time import monotonic
 from types import TracebackType
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 from anyio import Event, current_time, move_on_at
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
@@ -29,6 +29,14 @@ from ._sync_common import (
 )
 from ._types import ErrorHandler, StepFunc
 from ._waitqueue import DONE, HELD, NEW, QUEUED, WaitQueue, state_name
+
+if TYPE_CHECKING:  # the stand-in's typed decorators
+    from . import _nocython as cython
+else:
+    try:
+        import cython
+    except ImportError:  # its decorators are no-ops in the pure build
+        from . import _nocython as cython
 
 __all__ = ("Throttle", "ThrottleStatistics")
 
@@ -108,6 +116,8 @@ class _Waiter:
         return f"<Throttle entry {state_name(self.state)}>"
 
 
+@cython.freelist(128)
+@cython.cclass
 class _Section:
     """The step ``sync()`` adds: enter (now or in a later period), then the section."""
 
