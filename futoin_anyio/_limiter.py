@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, final
+from typing import Any, final
 
 from ._final import refuse_subclasses
 from ._mutex import Mutex, _Entry
@@ -23,14 +23,6 @@ from ._throttle import Throttle
 from ._throttle import _Section as ThrottleSection
 from ._types import ErrorHandler, StepFunc
 from ._waitqueue import WaitQueue
-
-if TYPE_CHECKING:  # the stand-in's typed decorators
-    from . import _nocython as cython
-else:
-    try:
-        import cython
-    except ImportError:  # its decorators are no-ops in the pure build
-        from . import _nocython as cython
 
 __all__ = ("Limiter", "LimiterStatistics")
 
@@ -52,8 +44,6 @@ class LimiterStatistics:
     rejected: int
 
 
-@cython.freelist(128)
-@cython.cclass
 class _Section(ThrottleSection):
     """The critical section of the Limiter's Mutex: the rate check, then ``func``.
 
