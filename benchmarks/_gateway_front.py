@@ -16,6 +16,14 @@ gives it a 200 ms deadline (``timeout``), calls backends ``a`` and ``b`` in para
   and ``asi.parallel()`` of two ``async def`` branches, ``b``'s error handler adds the retry;
   ``await root.promise()`` in the connection's task; a hang-up is ``root.cancel()``.
 
+A third front, ``floor``, measures what the contract makes any implementation pay for a
+refusal (the reject phase's floor): the plain side's admission, and for a refused request only
+what ``promise()`` must do by the contract, without the engine: a state holding the variables
+and the pre-defined keys, the ``DefenseRejected`` error kept in it as ``last_exception``, raised
+out of an awaited coroutine to a caller that holds the state, so that the error, its traceback,
+the caller's frame and the state wait for the cyclic collector (:class:`_FloorRoot`). The
+requests it admits run the ``futoin`` path, their Limiter never full.
+
 Everything else is shared: per client connection, one connection to each backend, a reader
 task that hands request lines to the connection's task through a memory channel and, at the
 end of the stream, marks the connection hung up and cancels the request in flight (the plain
@@ -44,12 +52,14 @@ from anyio.abc import TaskStatus
 
 from benchmarks._gateway_load import DEADLINE_MS, FAIL_CODE, OUTCOMES, RETRY_CODE
 from benchmarks._service_front import Lines, Send, connect, io_of, serve_tcp
-from futoin_anyio import AsyncSteps, FutoInError, Limiter
+from futoin_anyio import AsyncSteps, Errors, FutoInError, Limiter
 
 if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
 
 IMPLS = ("plain", "futoin")
+#: The reject phase's floor (see the module's docstring): run for that phase only.
+FLOOR = "floor"
 #: Requests inside at once; the benchmark's clients never fill it unless pinned.
 LIMIT = 64
 #: Entries per period in the ok and mixed phases: the rate never binds there.
@@ -195,6 +205,25 @@ def _retry_b(asi: AsyncSteps, code: str) -> None:
         asi.add(_call_b)
 
 
+class _FloorRoot:
+    """The floor's root of a refused request: a state, and the refusal ``promise()`` raises."""
+
+    __slots__ = ("state",)
+
+    def __init__(self, variables: dict[str, Any]) -> None:
+        self.state = {**variables, "error_info": None, "last_exception": None, "async_stack": ()}
+
+    async def refused(self) -> None:
+        error = FutoInError(Errors.DefenseRejected, _FLOOR_INFO)
+        state = self.state
+        state["error_info"] = _FLOOR_INFO
+        state["last_exception"] = error
+        raise error
+
+
+_FLOOR_INFO = "the floor's admission refused it"
+
+
 # --------------------------------------------------------------------------- the front
 
 
@@ -219,8 +248,9 @@ class Front:
             self.move_on_after = anyio.move_on_after
             self.clock = anyio.current_time
             self.channel = anyio.create_memory_object_stream
-        self.process: Callable[[Conn, dict[str, Any]], Awaitable[tuple[str, int]]] = (
-            self.process_plain if impl == "plain" else self.process_futoin)
+        self.process: Callable[[Conn, dict[str, Any]], Awaitable[tuple[str, int]]] = {
+            "plain": self.process_plain, "futoin": self.process_futoin,
+            FLOOR: self.process_floor}[impl]
         self.admission = Admission(LIMIT, RATE, PERIOD_MS / 1000, self.clock)
         self.limiter = Limiter(concurrent=LIMIT, max_queue=0, rate=RATE, period_ms=PERIOD_MS,
                                burst=0)
@@ -288,6 +318,21 @@ class Front:
         st = root.state
         return ("retried" if st.attempt == 2 else "ok"), st.a + st.b
 
+    # -- the reject phase's floor ----------------------------------------------------------------
+
+    async def process_floor(self, conn: Conn, req: dict[str, Any]) -> tuple[str, int]:
+        admission = self.admission
+        if not admission.enter():
+            root = _FloorRoot({"conn": conn, "req": req, "attempt": 1, "a": 0, "b": 0})
+            try:
+                await root.refused()
+            except FutoInError as e:
+                return FUTOIN_OUTCOME[e.code], 0
+        try:
+            return await self.process_futoin(conn, req)  # its Limiter is never full
+        finally:
+            admission.leave()
+
     # -- connections ----------------------------------------------------------------------------
 
     async def link(self, port: int) -> Link:
@@ -352,8 +397,9 @@ class Front:
         elif words[0] == b"admit":
             concurrent, rate, period_ms = (int(w) for w in words[1:])
             self.admission = Admission(concurrent, rate, period_ms / 1000, self.clock)
-            self.limiter = Limiter(concurrent=concurrent, max_queue=0, rate=rate,
-                                   period_ms=period_ms, burst=0)
+            if self.impl != FLOOR:  # (the floor admits with the plain side's admission)
+                self.limiter = Limiter(concurrent=concurrent, max_queue=0, rate=rate,
+                                       period_ms=period_ms, burst=0)
             await send(b"admitted\n")
         elif words[0] == b"pin":
             if self.impl == "futoin":
@@ -390,7 +436,7 @@ async def serve(impl: str, backend: str, ports: tuple[int, int]) -> None:
 
 def main(argv: list[str]) -> int:
     impl, backend, port_a, port_b = argv
-    if impl not in IMPLS or backend not in ("asyncio", "trio"):
+    if impl not in (*IMPLS, FLOOR) or backend not in ("asyncio", "trio"):
         raise SystemExit(f"usage: {__doc__.splitlines()[2]}")
     anyio.run(serve, impl, backend, (int(port_a), int(port_b)), backend=backend)
     return 0

@@ -58,7 +58,7 @@ if __package__ in (None, ""):  # ``python benchmarks/gateway.py``
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._common import VerificationError, check
-from benchmarks._gateway_front import IMPLS, LIMIT
+from benchmarks._gateway_front import FLOOR, IMPLS, LIMIT
 from benchmarks._gateway_load import OUTCOMES, Client, Load, kinds_of
 from benchmarks.service import STEP_TIMEOUT, _Control
 
@@ -267,11 +267,20 @@ def run_backend(backend: str, mode: Mode, seed: int = 1) -> dict[str, Any]:
         p: {i: [] for i in IMPLS} for p in PHASES}
     expected: dict[str, dict[str, int]] = {}
     late: dict[str, int] = dict.fromkeys(IMPLS, 0)
+    floor: list[float] = []
+    floor_shares: list[float] = []
     for r in range(mode.rounds):
-        order = IMPLS if r % 2 == 0 else IMPLS[::-1]
+        # The floor's front first in one round, last in the next. It serves every phase, so
+        # that it comes to the reject phase as the others do (its ok and mixed requests run
+        # the futoin path); only its reject phase counts.
+        order = (*IMPLS, FLOOR) if r % 2 == 0 else (FLOOR, *IMPLS[::-1])
         for impl in order:
             print(f"  gateway {backend} round {r + 1}: {impl}", file=sys.stderr, flush=True)
             res = asyncio.run(run_front(impl, backend, mode.clients, bench_phases(mode), seed))
+            if impl == FLOOR:
+                floor.append(res["reject"]["cpu_per_request"])
+                floor_shares.append(res["reject"]["rejected_share"])
+                continue
             for p in PHASES:
                 runs[p][impl].append(res[p]["cpu_per_request"])
                 shares[p][impl].append(res[p]["rejected_share"])
@@ -279,6 +288,9 @@ def run_backend(backend: str, mode: Mode, seed: int = 1) -> dict[str, Any]:
                 collector[p][impl].append(res[p]["collector"])
                 late[impl] += res[p]["late"]
             expected[impl] = res["mixed"]["expected"]
+    # The same admission on both: the floor refuses what the plain front refuses.
+    check(floor_shares == shares["reject"]["plain"],
+          f"reject phase: the floor refused {floor_shares}, plain {shares['reject']['plain']}")
     # Same seed, same requests: each reply was checked against its kind (a late reply
     # aside), so both sides gave these outcomes.
     check(expected["plain"] == expected["futoin"],
@@ -292,6 +304,9 @@ def run_backend(backend: str, mode: Mode, seed: int = 1) -> dict[str, Any]:
                     "rejected_share": {i: statistics.median(shares[p][i]) for i in IMPLS},
                     "wakeups": _median_wakeups(woken[p]),
                     "collector": _median_collector(collector[p])}
+    reject = cells["reject"]
+    reject["floor"] = statistics.median(floor)
+    reject["floor_runs"] = floor
     return {"backend": backend, "cells": cells, "mixed_counts": expected["plain"], "late": late,
             "rounds": mode.rounds, "requests": mode.requests, "clients": mode.clients}
 
@@ -343,6 +358,18 @@ def render(rows: list[dict[str, Any]]) -> str:
         " allowed, counted over all phases and rounds): " + "; ".join(
         f"{row['backend']} plain {row['late']['plain']}, futoin {row['late']['futoin']}"
         for row in rows) + ".")
+    floors = [(row["backend"], row["cells"]["reject"]) for row in rows
+              if "floor" in row["cells"]["reject"]]
+    if floors:
+        out += ["", "The reject phase's floor (median): a front that pays, for a refused request,"
+                " only what the contract makes any implementation pay (a state with the"
+                " refusal as `last_exception`, raised out of an awaited coroutine to a caller"
+                " holding the state), with the plain side's admission:", "",
+                "| backend | plain CPU/req | floor CPU/req | floor / plain | futoin / floor |",
+                "| --- | ---: | ---: | ---: | ---: |"]
+        out += [f"| {backend} | {c['plain'] * 1e6:.0f} µs | {c['floor'] * 1e6:.0f} µs"
+                f" | {c['floor'] / c['plain']:.2f} | {c['futoin'] / c['floor']:.2f} |"
+                for backend, c in floors]
     woken = [(row["backend"], p, row["cells"][p]["wakeups"]) for row in rows for p in PHASES
              if row["cells"][p].get("wakeups")]
     if woken:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from benchmarks import gateway, service
-from benchmarks._gateway_front import Admission
+from benchmarks._gateway_front import FLOOR, Admission
 from benchmarks._gateway_load import OUTCOMES
 
 CLIENTS = 8
@@ -44,8 +44,9 @@ def _run(impl: str, backend: str) -> dict[str, Any]:
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_both_fronts_give_the_same_outcomes(backend: str) -> None:
     plain, futoin = _run("plain", backend), _run("futoin", backend)
+    floor = _run(FLOOR, backend)  # the reject phase's floor: admits and refuses as plain does
     for name in ("mixed", "rate", "pinned"):
-        assert plain[name]["counts"] == futoin[name]["counts"], name
+        assert plain[name]["counts"] == futoin[name]["counts"] == floor[name]["counts"], name
     mixed = plain["mixed"]["counts"]
     assert mixed == plain["mixed"]["expected"]  # what the seed asks for, rejections aside
     assert all(mixed[k] > 0 for k in OUTCOMES if k != "rejected"), mixed
@@ -54,7 +55,7 @@ def test_both_fronts_give_the_same_outcomes(backend: str) -> None:
     assert plain["rate"]["counts"] == {**dict.fromkeys(OUTCOMES, 0), "ok": 5,
                                        "rejected": total - 5}
     assert plain["pinned"]["counts"]["rejected"] == CLIENTS * 3
-    for result in (plain, futoin):
+    for result in (plain, futoin, floor):
         assert all(phase["cpu_per_request"] > 0 for phase in result.values())
         for phase in result.values():  # the front's collector, read through ``gc.callbacks``
             collector = phase["collector"]
@@ -111,6 +112,10 @@ def test_table_and_targets() -> None:
     assert "| trio | reject | 0.5 | 6.3 | 0.2 µs | 2.5 µs |" in table
     assert "| trio | ok |" not in table.split("cyclic collector")[1]
     assert [t["status"] for t in gateway.targets([row])] == ["PASS", "FAIL", "PASS"]
+    assert "reject phase's floor" not in table  # none measured: no such table
+    row["cells"]["reject"]["floor"] = 1.1e-4
+    table = gateway.render([row])
+    assert "| trio | 100 µs | 110 µs | 1.10 | 1.09 |" in table.split("reject phase's floor")[1]
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
