@@ -12,8 +12,10 @@ and replies; the module of the front says how each side is written. The backends
 second process (``_gateway_load.py``), the closed-loop clients in this one; all on loopback.
 
 Per backend and round, a ``plain`` and a ``futoin`` front run one after the other, the order
-rotating from round to round; each front serves a warm-up, then three measured phases of the
-same number of requests (each client sends its share, so a seed gives the same requests):
+rotating from round to round, and a ``floor`` front (first in one round, last in the next)
+whose reject phase is that phase's floor: what the contract alone makes a refusal cost (see
+``_gateway_front.py``). Each front serves a warm-up, then three measured phases of the same
+number of requests (each client sends its share, so a seed gives the same requests):
 
 * ``ok``: every request is answered by both backends at once;
 * ``mixed``: seeded kinds, 75 % ok, 10 % retried, 6 % failed, 5 % timed out, 4 % hung up;
