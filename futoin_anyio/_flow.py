@@ -770,12 +770,20 @@ class _Flow:
         if code is None:
             return None
         state = self.root.state
-        last = state.get("last_exception")
+        # Subscripts reach dict's C slot; ``state.get`` goes through State's attribute hook.
+        # The keys are there unless a step deleted one (MissingVariable is a KeyError).
+        try:
+            last = state["last_exception"]
+        except KeyError:
+            last = None
         if code == Errors.Cancelled:
             reason: str | None = getattr(self, "cancel_reason", None)
             return FutoInError(Errors.Cancelled, "the root was cancelled" if reason is None
                                else f"the root was cancelled: {reason}")
-        info = state.get("error_info")
+        try:
+            info = state["error_info"]
+        except KeyError:
+            info = None
         if isinstance(last, FutoInError) and last.code == code and last.info is info:
             return last
         err = FutoInError(code, info)

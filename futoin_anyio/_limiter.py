@@ -112,7 +112,8 @@ class Limiter:
         ``func`` receives the incoming success arguments; its result goes to the following step
         as if there were no Limiter. ``onerror`` is ``func``'s error handler.
         """
-        check_section("Limiter", func, onerror)
+        if not callable(func) or (onerror is not None and not callable(onerror)):
+            check_section("Limiter", func, onerror)  # raises: what is wrong, named
         asi.add(_Entry(self._mutex, _Section(self._throttle, func, onerror), None))
 
     # -- plain AnyIO ------------------------------------------------------------------------------

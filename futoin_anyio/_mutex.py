@@ -245,7 +245,8 @@ class Mutex:
         as if there were no Mutex. ``onerror`` is ``func``'s error handler. A full queue fails
         the added step with ``DefenseRejected``.
         """
-        check_section("Mutex", func, onerror)
+        if not callable(func) or (onerror is not None and not callable(onerror)):
+            check_section("Mutex", func, onerror)  # raises: what is wrong, named
         asi.add(_Entry(self, func, onerror))
 
     # -- plain AnyIO ------------------------------------------------------------------------------

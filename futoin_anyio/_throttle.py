@@ -254,7 +254,8 @@ class Throttle:
         as if there were no Throttle. ``onerror`` is ``func``'s error handler. A full queue fails
         the added step with ``DefenseRejected``.
         """
-        check_section("Throttle", func, onerror)
+        if not callable(func) or (onerror is not None and not callable(onerror)):
+            check_section("Throttle", func, onerror)  # raises: what is wrong, named
         asi.add(_Section(self, func, onerror))
 
     # -- plain AnyIO ------------------------------------------------------------------------------
