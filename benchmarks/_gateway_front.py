@@ -58,7 +58,7 @@ if sys.version_info < (3, 11):
     from exceptiongroup import BaseExceptionGroup
 
 IMPLS = ("plain", "futoin")
-#: The reject phase's floor (see the module's docstring): run for that phase only.
+#: The reject phase's floor (see the module's docstring): only its reject phase counts.
 FLOOR = "floor"
 #: Requests inside at once; the benchmark's clients never fill it unless pinned.
 LIMIT = 64

@@ -4,11 +4,11 @@ Each case runs the real processes (front, backends, clients) on loopback for a s
 a warm-up, a seeded mixed load (ok, retried, failed, timed out, hung up), a rate limit of 5
 entries per hour (the rest rejected at once), then every place held (every request rejected by
 the concurrency limit). Every reply is checked against its request's kind and the front's
-counts against the clients' inside the harness; here, the outcome counts of both fronts must be
-the same and what the seed asks for. A request that misses the 200 ms deadline on a stalled
-machine (or a slow one whose answer wins the race with it) is counted as late by the harness;
-a run with one is run again (at most three times), since its counts then say what the machine
-did, not what the front does.
+counts against the clients' inside the harness; here, the outcome counts of both fronts, and of
+the reject phase's floor front, must be the same and what the seed asks for. A request that
+misses the 200 ms deadline on a stalled machine (or a slow one whose answer wins the race with
+it) is counted as late by the harness; a run with one is run again (at most three times), since
+its counts then say what the machine did, not what the front does.
 """
 
 from __future__ import annotations
