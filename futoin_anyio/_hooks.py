@@ -1,7 +1,8 @@
 """The engine calls that the sync primitives and the binary bridge make, and the binary plug.
 
-They only read or set a step object's frame parts (``_frame``): the primitives (``_mutex``,
-``_throttle``, ``redis``) and ``binary/`` import this module, not the engine's.
+They only read or set a step object's frame parts (``_frame``), or check a ``sync()``'s
+arguments: the primitives (``_mutex``, ``_throttle``, ``_limiter``, ``redis``) and ``binary/``
+import this module, not the engine's.
 """
 
 from __future__ import annotations
@@ -10,19 +11,30 @@ from collections.abc import Callable
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from ._errors import Errors, FutoInError
 from ._frame import SUBSTEPS, WAIT, _own_ext
 from ._types import _Item
 
 if TYPE_CHECKING:
     from ._steps import AsyncSteps
 
-__all__ = ("flow_key", "go_on_with", "on_exit", "register_binary", "root_id")
+__all__ = ("check_section", "flow_key", "go_on_with", "on_exit", "register_binary", "root_id")
 
 
 def root_id(asi: AsyncSteps) -> int:
     """A number identifying the root of ``asi`` (the same for all its steps)."""
     flow = asi._flow
     return id(flow.root if flow is not None else asi)
+
+
+def check_section(what: str, func: object, onerror: object) -> None:
+    """``sync()`` arguments are checked as ``add()`` checks its own: misuse is InternalError."""
+    if not callable(func):
+        raise FutoInError(Errors.InternalError,
+                          f"{what}.sync(): the step must be callable, got {type(func).__name__}")
+    if onerror is not None and not callable(onerror):
+        raise FutoInError(Errors.InternalError,
+                          f"{what}.sync(): onerror must be callable, got {type(onerror).__name__}")
 
 
 def flow_key(asi: AsyncSteps) -> object:

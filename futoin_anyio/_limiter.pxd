@@ -1,6 +1,7 @@
 # The compiled build's declarations for _limiter.py: see _frame.pxd.
 cimport cython
 
+from futoin_anyio._hooks cimport check_section
 from futoin_anyio._throttle cimport _Section as ThrottleSection
 
 
@@ -16,4 +17,4 @@ cdef class Limiter:
 
 # Module globals read by this module's code on an entry's path, held in C variables (see
 # _mutex.pxd).
-cdef object _Entry, check_section
+cdef object _Entry

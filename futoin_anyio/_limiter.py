@@ -7,6 +7,7 @@ from types import TracebackType
 from typing import Any, final
 
 from ._final import refuse_subclasses
+from ._hooks import check_section
 from ._mutex import Mutex, _Entry
 from ._steps import AsyncSteps
 from ._sync_common import (
@@ -14,7 +15,6 @@ from ._sync_common import (
     check_name,
     check_period,
     check_queue,
-    check_section,
     label,
     lazy_binary,
     task_key,
@@ -112,8 +112,7 @@ class Limiter:
         ``func`` receives the incoming success arguments; its result goes to the following step
         as if there were no Limiter. ``onerror`` is ``func``'s error handler.
         """
-        if not callable(func) or (onerror is not None and not callable(onerror)):
-            check_section("Limiter", func, onerror)  # raises: what is wrong, named
+        check_section("Limiter", func, onerror)
         asi.add(_Entry(self._mutex, _Section(self._throttle, func, onerror), None))
 
     # -- plain AnyIO ------------------------------------------------------------------------------

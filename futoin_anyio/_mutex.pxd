@@ -4,7 +4,7 @@ cimport cython
 from futoin_anyio._driver cimport _Driver
 from futoin_anyio._flow cimport _Flow
 from futoin_anyio._frame cimport _Switches
-from futoin_anyio._hooks cimport flow_key, go_on_with, on_exit, refuse
+from futoin_anyio._hooks cimport check_section, flow_key, go_on_with, on_exit, refuse
 
 
 @cython.final
@@ -29,7 +29,7 @@ cdef class Mutex:
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
 cdef object DONE, Event, HELD, NEW, QUEUED, TYPE_CHECKING, WaitQueue, _ins
 cdef object cancel_shielded_checkpoint
-cdef object check_count, check_name, check_queue, check_section, checkpoint_if_cancelled
+cdef object check_count, check_name, check_queue, checkpoint_if_cancelled
 cdef object dataclass, enter_thread, final, get_ident, lazy_binary, monotonic, state_name
 cdef object task_key
 

@@ -16,13 +16,12 @@ from ._driver import _Driver
 from ._final import refuse_subclasses
 from ._flow import _Flow
 from ._frame import SWITCHES
-from ._hooks import flow_key, go_on_with, on_exit, refuse
+from ._hooks import check_section, flow_key, go_on_with, on_exit, refuse
 from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
     check_name,
     check_queue,
-    check_section,
     enter_thread,
     label,
     lazy_binary,
@@ -245,8 +244,7 @@ class Mutex:
         as if there were no Mutex. ``onerror`` is ``func``'s error handler. A full queue fails
         the added step with ``DefenseRejected``.
         """
-        if not callable(func) or (onerror is not None and not callable(onerror)):
-            check_section("Mutex", func, onerror)  # raises: what is wrong, named
+        check_section("Mutex", func, onerror)
         asi.add(_Entry(self, func, onerror))
 
     # -- plain AnyIO ------------------------------------------------------------------------------

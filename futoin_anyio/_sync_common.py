@@ -63,16 +63,6 @@ def check_period(owner: str, name: str, value: object) -> float:
     return float(value)
 
 
-def check_section(what: str, func: object, onerror: object) -> None:
-    """``sync()`` arguments are checked as ``add()`` checks its own: misuse is InternalError."""
-    if not callable(func):
-        raise FutoInError(Errors.InternalError,
-                          f"{what}.sync(): the step must be callable, got {type(func).__name__}")
-    if onerror is not None and not callable(onerror):
-        raise FutoInError(Errors.InternalError,
-                          f"{what}.sync(): onerror must be callable, got {type(onerror).__name__}")
-
-
 def task_key() -> tuple[str, int]:
     """The owner key of the current AnyIO task (flows are keyed by their flow object)."""
     return ("task", get_current_task().id)

@@ -2,6 +2,7 @@
 cimport cython
 
 from futoin_anyio._frame cimport _Switches
+from futoin_anyio._hooks cimport check_section
 
 
 @cython.final
@@ -25,7 +26,7 @@ cdef class Throttle:
 
 # Module globals read by this module's code on an entry's path, held in C variables (see
 # _mutex.pxd).
-cdef object _EPS, check_section, enter_thread, refuse
+cdef object _EPS, enter_thread, refuse
 
 # What the engine tests on its paths (_frame.SWITCHES): a C field, typed.
 cdef _Switches SWITCHES

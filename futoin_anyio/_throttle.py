@@ -15,14 +15,13 @@ from . import _instrument as _ins
 from ._driver import Handle
 from ._final import refuse_subclasses
 from ._frame import SWITCHES
-from ._hooks import refuse
+from ._hooks import check_section, refuse
 from ._steps import AsyncSteps
 from ._sync_common import (
     check_count,
     check_name,
     check_period,
     check_queue,
-    check_section,
     enter_thread,
     label,
     lazy_binary,
@@ -254,8 +253,7 @@ class Throttle:
         as if there were no Throttle. ``onerror`` is ``func``'s error handler. A full queue fails
         the added step with ``DefenseRejected``.
         """
-        if not callable(func) or (onerror is not None and not callable(onerror)):
-            check_section("Throttle", func, onerror)  # raises: what is wrong, named
+        check_section("Throttle", func, onerror)
         asi.add(_Section(self, func, onerror))
 
     # -- plain AnyIO ------------------------------------------------------------------------------

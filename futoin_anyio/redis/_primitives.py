@@ -13,14 +13,13 @@ from anyio import CancelScope, get_cancelled_exc_class
 from anyio.lowlevel import cancel_shielded_checkpoint, checkpoint_if_cancelled
 
 from .._errors import Errors, FutoInError
-from .._hooks import flow_key, go_on_with, on_exit
+from .._hooks import check_section, flow_key, go_on_with, on_exit
 from .._reasons import cancel_scope
 from .._steps import AsyncSteps
 from .._sync_common import (
     check_count,
     check_period,
     check_queue,
-    check_section,
     task_key,
 )
 from .._types import ErrorHandler, StepFunc, _Item
