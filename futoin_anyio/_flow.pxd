@@ -22,8 +22,13 @@ cdef class _Flow:
 
     cpdef bint _unwound(self, exc) except -1
     cpdef object _step_raised(self, exc)
+    @cython.locals(stack=list, top=_Frame, frame=_Frame, parent=_Frame, handler=_Frame, ext=_Ext)
     cpdef object _unwind(self, code, bint fresh=*)
+    cpdef bint _cancelled(self) except -1
+    @cython.locals(ext=_Ext)
+    cpdef object _cancel_frame(self, _Frame frame, code)
     cpdef _interrupted(self)
+    @cython.locals(stack=list, base=_Frame)
     cpdef _finish(self, code)
     cpdef _drop_links(self)
     cpdef _root_done(self)
@@ -34,6 +39,12 @@ cdef class _Flow:
 
 @cython.locals(frame=_Frame)
 cpdef _Frame _new_frame(_Frame parent, _Flow flow, int status)
+
+@cython.locals(root=_Frame)
+cpdef object _root_state(_Flow flow)
+
+@cython.locals(i=Py_ssize_t, frame=_Frame)
+cpdef list _stack_funcs(list stack)
 
 @cython.locals(flow=_Flow, ext=_Ext)
 cpdef bint _coroutine_done(_Frame step, result, error, bint inline) except? -1

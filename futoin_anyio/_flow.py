@@ -149,6 +149,14 @@ def _new_frame(parent: AsyncSteps, flow: _Flow, status: int) -> AsyncSteps:
     return frame
 
 
+def _root_state(flow: _Flow) -> State:
+    """The State of the flow's root, read from its field (``root.state``, a property, makes it on
+    first use)."""
+    root = flow.root
+    state = root._state
+    return state if state is not None else root.state
+
+
 def _on_timeout(frame: AsyncSteps, timeout_ms: float = math.nan) -> None:
     ext = frame._ext
     if frame._status is DONE or ext is None:
@@ -435,7 +443,7 @@ class _Flow:
 
     def _step_raised(self, exc: BaseException) -> bool | None:
         """The top step's callback raised: unwind. What :meth:`_unwind` returns."""
-        state = self.root.state
+        state = _root_state(self)
         if isinstance(exc, FutoInError):
             code = exc.code
             if state["last_exception"] is not exc:
@@ -489,11 +497,10 @@ class _Flow:
         ``async_stack`` is its path.
         """
         stack = self.stack
-        state = self.root.state
+        state = _root_state(self)
         self.args = _NO_ARGS  # steps an error handler adds start with no arguments
         if fresh and code != Errors.LoopBreak and code != Errors.LoopCont:
-            state["async_stack"] = (
-                [f._func for f in stack[1:]] if self.par is None else _step_path(self))
+            state["async_stack"] = _stack_funcs(stack) if self.par is None else _step_path(self)
             if SWITCHES.active:
                 _ins.failed(self, stack[-1], code, state.get("error_info"))
         while len(stack) > 1:
@@ -769,7 +776,7 @@ class _Flow:
         code = self.result_code
         if code is None:
             return None
-        state = self.root.state
+        state = _root_state(self)
         # Subscripts reach dict's C slot; ``state.get`` goes through State's attribute hook.
         # The keys are there unless a step deleted one (MissingVariable is a KeyError).
         try:
@@ -1077,13 +1084,22 @@ def _halt(flow: _Flow) -> None:
                 todo.extend(branch for branch in ext.par.flows if branch.stack)
 
 
+def _stack_funcs(stack: list[AsyncSteps]) -> list[object]:
+    """The callables of a flow's active steps, outermost first (not its base frame's)."""
+    funcs = []
+    for i in range(1, len(stack)):
+        frame = stack[i]
+        funcs.append(frame._func)
+    return funcs
+
+
 def _step_path(flow: _Flow) -> list[object]:
     """The callables of the active steps from the root to the innermost step of ``flow``,
     through the parallel steps and branches it is nested in."""
     parts: list[list[object]] = []
     current: _Flow | None = flow
     while current is not None:
-        parts.append([frame._func for frame in current.stack[1:]])
+        parts.append(_stack_funcs(current.stack))
         par = current.par
         current = par.frame._flow if par is not None else None
     return [func for part in reversed(parts) for func in part]
