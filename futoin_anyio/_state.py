@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 __all__ = ("State",)
@@ -80,26 +79,3 @@ def _reserved(name: str) -> None:
 
 #: The pre-defined keys of every State (``async_stack``: a list of step callables after an error).
 _PREDEFINED: dict[str, Any] = {"error_info": None, "last_exception": None, "async_stack": ()}
-
-
-def fresh_state() -> State:
-    """A new State with only the pre-defined keys: the engine's fast path for every root."""
-    state: State = dict.__new__(State)
-    state |= _PREDEFINED  # one C call (State has no __ior__ of its own)
-    return state
-
-
-def state_from(variables: Mapping[str, Any]) -> State:
-    """``State(variables)`` without the Python-level ``__init__`` (the engine's path for a
-    root's initial state): the same keys in the same order."""
-    state: State = dict.__new__(State)
-    dict.update(state, variables)
-    # ``in`` and item assignment reach dict's C slots directly; ``state.setdefault`` would be
-    # looked up through the class's ``__getattr__`` hook at each call (a third of the cost).
-    if "error_info" not in state:
-        state["error_info"] = None
-    if "last_exception" not in state:
-        state["last_exception"] = None
-    if "async_stack" not in state:
-        state["async_stack"] = ()
-    return state

@@ -1,5 +1,6 @@
 # The compiled build's declarations for _steps.py: see _frame.pxd.
 cimport cython
+from cpython.dict cimport PyDict_SetDefault, PyDict_Update
 
 from futoin_anyio._driver cimport _Driver
 from futoin_anyio._flow cimport _Flow, _flow_deadline
@@ -19,6 +20,10 @@ cpdef bint _foreign_thread(_Frame step) except -1
 
 cpdef _Flow _start_flow(_Frame root, _Driver driver)
 
+cpdef object _state_from(variables)
+
+cpdef object _fresh_state()
+
 @cython.locals(ext=_Ext, flow=_Flow, driver=_Driver)
 cpdef _set_timeout(_Frame step, timeout_ms)
 
@@ -31,8 +36,8 @@ cdef object FutoInError, Iterable, Mapping, ParallelSteps, State
 cdef object TYPE_CHECKING, _FOR_EACH, _LOOP, _Loop, _REPEAT, _STATUS_NAMES, _WAIT_ONLY
 cdef object _YIELD_EVERY, _binary, _check_ms, _ins, _internal
 cdef list _first_runs
-cdef object _runner, _wrong_thread, fresh_state, get_ident
-cdef object getcoroutinestate, hooked_flow, isawaitable, iscoroutine, logger, logging, state_from
+cdef object _PREDEFINED, _new_dict, _runner, _wrong_thread, get_ident
+cdef object getcoroutinestate, hooked_flow, isawaitable, iscoroutine, logger, logging
 cdef object sys
 
 # What the engine tests on its paths (_frame.SWITCHES): a C field each, typed.

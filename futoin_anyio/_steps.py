@@ -48,7 +48,7 @@ from ._frame import (
 from ._hooks import _binary
 from ._loops import _FOR_EACH, _LOOP, _REPEAT, _Loop
 from ._parallel import ParallelSteps
-from ._state import State, fresh_state, state_from
+from ._state import _PREDEFINED, State
 from ._tool import (
     AsyncTool,
     _check_ms,
@@ -75,6 +75,31 @@ else:
         import cython
     except ImportError:  # its decorators are no-ops in the pure build
         from . import _nocython as cython
+
+if not cython.compiled:  # the pure build calls the methods that the compiled one calls in C
+    PyDict_Update = dict.update
+    PyDict_SetDefault = dict.setdefault
+
+_new_dict = dict.__new__
+
+
+def _state_from(variables: Mapping[str, Any]) -> State:
+    """``State(variables)`` without State's Python ``__init__`` (a root's initial state): the
+    same keys in the same order. Compiled, each dict call is a C call."""
+    state: State = _new_dict(State)
+    PyDict_Update(state, variables)
+    PyDict_SetDefault(state, "error_info", None)
+    PyDict_SetDefault(state, "last_exception", None)
+    PyDict_SetDefault(state, "async_stack", ())
+    return state
+
+
+def _fresh_state() -> State:
+    """A new State with only the pre-defined keys: the state of every root made without one."""
+    state: State = _new_dict(State)
+    PyDict_Update(state, _PREDEFINED)
+    return state
+
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -162,7 +187,7 @@ class AsyncSteps(_Frame):
         elif isinstance(state, State):
             self._state = state
         elif type(state) is dict or isinstance(state, Mapping):  # dict: no ABC check
-            self._state = state_from(state)
+            self._state = _state_from(state)
         else:
             raise TypeError(f"state must be a mapping, got {type(state).__name__}")
         if tool is not None and type(tool) is not AsyncTool:
@@ -195,7 +220,7 @@ class AsyncSteps(_Frame):
                 frame = frame._parent
             state = frame._state
             if state is None:  # the root's first use
-                state = frame._state = fresh_state()
+                state = frame._state = _fresh_state()
             self._state = state
         return state
 
