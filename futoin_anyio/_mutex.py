@@ -107,6 +107,7 @@ class _Entry:
                     raise
                 if entered is None:  # the rate's queue is full
                     mutex._release(key)
+                    entry.state = DONE
                     entry.key = None
                     refuse(asi, func.throttle._queue.rejection())  # type: ignore[union-attr]
                     return
@@ -122,11 +123,15 @@ class _Entry:
                 asi.success_step(*args)
             asi.add(func, entry.onerror)
             return
-        on_exit(asi, _Entry.leave, entry)
         queue = mutex._queue
         if queue.full():
+            # Refused before it waits or holds anything: no exit hook to run, and the entry
+            # lets go of the flow now (as leave() would).
+            entry.state = DONE
+            entry.key = None
             refuse(asi, queue.rejection())
             return
+        on_exit(asi, _Entry.leave, entry)
         # Wait in this step: when let in, it goes on with ``func`` (see ``Mutex._grant``).
         entry.asi = asi
         entry.args = args

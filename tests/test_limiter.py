@@ -495,6 +495,9 @@ async def test_a_refused_root_frees_its_flow_and_driver_at_once(refused_by: str)
         assert info.value.code == Errors.DefenseRejected
         assert info.value is root.state.last_exception
         assert root.state.async_stack  # the refused entry is named there
+        # It is over, holding no place and waiting for none (a refusal leaves no exit hook).
+        assert repr(root.state.async_stack[-1]).endswith(" done>")
+        assert limiter.statistics().held == 0
         assert drivers
         if COMPILED:  # the compiled frames of the error's traceback keep no locals
             assert drivers[0]() is None
