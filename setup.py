@@ -18,8 +18,8 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 #: The modules of the compiled build: each has its ``.pxd`` beside it (tests/test_pxd_sync.py).
-COMPILED_MODULES = ("_alarm", "_frame", "_loops", "_flow", "_parallel", "_driver", "_tool",
-                    "_steps", "_hooks", "_mutex", "_throttle", "_limiter")
+COMPILED_MODULES = ("_state", "_alarm", "_frame", "_loops", "_flow", "_parallel", "_driver",
+                    "_tool", "_steps", "_hooks", "_mutex", "_throttle", "_limiter")
 
 
 def _say(message: str) -> None:

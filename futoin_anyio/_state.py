@@ -1,8 +1,17 @@
+# cython: auto_pickle=False
 """The state object shared by a root and all its steps."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the stand-in's typed decorators
+    from . import _nocython as cython
+else:
+    try:
+        import cython
+    except ImportError:  # the pure build
+        from . import _nocython as cython
 
 __all__ = ("State",)
 
@@ -28,12 +37,18 @@ class State(dict[str, Any]):
         self.setdefault("last_exception", None)
         self.setdefault("async_stack", ())
 
-    # ``state.x`` reads the variable in C: no Python frame per read (half the time of a
-    # ``__getattr__`` written in Python). A missing one raises from ``__missing__``.
-    if TYPE_CHECKING:
-        def __getattr__(self, name: str) -> Any: ...
-    else:
-        __getattr__ = dict.__getitem__
+    def __getattribute__(self, name: str) -> Any:
+        # The compiled build's attribute read: a variable straight from the dict, a dict
+        # attribute (a reserved name) or a subclass's own one as usual. (The pure build reads
+        # through ``dict.__getitem__`` instead: see below.) A missing one raises from
+        # ``__missing__``.
+        if name in _RESERVED or type(self) is not State:
+            try:
+                return PyObject_GenericGetAttr(self, name)
+            except AttributeError:
+                if name in _RESERVED:
+                    raise
+        return self[name]
 
     def __missing__(self, name: str) -> Any:
         raise MissingVariable(name)
@@ -69,6 +84,13 @@ class MissingVariable(KeyError, AttributeError):
 
 #: Names that attribute access reads from the class (dict methods...), never from the variables.
 _RESERVED = frozenset(dir(State))
+
+if not cython.compiled:
+    # The pure build: a variable is read in C, by dict's own ``__getitem__`` called once the
+    # class has no such attribute (half the time of a ``__getattribute__`` in Python).
+    PyObject_GenericGetAttr = object.__getattribute__
+    del State.__getattribute__
+    setattr(State, "__getattr__", dict.__getitem__)  # noqa: B010 (a method, not an attribute)
 
 
 def _reserved(name: str) -> None:

@@ -5,6 +5,7 @@ from cpython.dict cimport PyDict_SetDefault, PyDict_Update
 from futoin_anyio._driver cimport _Driver
 from futoin_anyio._flow cimport _Flow, _flow_deadline
 from futoin_anyio._frame cimport _end_ext, _Ext, _Frame, _own_ext, _Switches
+from futoin_anyio._state cimport State
 from futoin_anyio._tool cimport private_tool
 
 
@@ -32,11 +33,11 @@ cpdef _set_timeout(_Frame step, timeout_ms)
 # Cython caches no module-global look-up (each read would be a dict look-up). They are
 # no attributes of the compiled module: nothing imports them from it (tests/test_pxd_sync.py).
 cdef object AsyncTool, BURST, COMPILED, CORO_CREATED, Errors
-cdef object FutoInError, Iterable, Mapping, ParallelSteps, State
+cdef object FutoInError, Iterable, Mapping, ParallelSteps
 cdef object TYPE_CHECKING, _FOR_EACH, _LOOP, _Loop, _REPEAT, _STATUS_NAMES, _WAIT_ONLY
 cdef object _YIELD_EVERY, _binary, _check_ms, _ins, _internal
 cdef list _first_runs
-cdef object _PREDEFINED, _new_dict, _runner, _wrong_thread, get_ident
+cdef object _PREDEFINED, _runner, _wrong_thread, get_ident
 cdef object getcoroutinestate, hooked_flow, isawaitable, iscoroutine, logger, logging
 cdef object sys
 

@@ -80,13 +80,10 @@ if not cython.compiled:  # the pure build calls the methods that the compiled on
     PyDict_Update = dict.update
     PyDict_SetDefault = dict.setdefault
 
-_new_dict = dict.__new__
-
-
 def _state_from(variables: Mapping[str, Any]) -> State:
     """``State(variables)`` without State's Python ``__init__`` (a root's initial state): the
     same keys in the same order. Compiled, each dict call is a C call."""
-    state: State = _new_dict(State)
+    state: State = State.__new__(State)
     PyDict_Update(state, variables)
     PyDict_SetDefault(state, "error_info", None)
     PyDict_SetDefault(state, "last_exception", None)
@@ -96,7 +93,7 @@ def _state_from(variables: Mapping[str, Any]) -> State:
 
 def _fresh_state() -> State:
     """A new State with only the pre-defined keys: the state of every root made without one."""
-    state: State = _new_dict(State)
+    state: State = State.__new__(State)
     PyDict_Update(state, _PREDEFINED)
     return state
 

@@ -7,8 +7,10 @@ and 17.
 
 from __future__ import annotations
 
+import copy
 import gc
 import logging
+import pickle
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -382,6 +384,32 @@ def test_state_attribute_named_like_a_dict_method(name: str) -> None:
     assert state[name] == [1]
     state.other = 2
     assert state.other is state["other"]
+
+
+_PREDEFINED_KEYS = ("error_info", "last_exception", "async_stack")
+
+
+def test_state_reads_copies_and_pickles_as_the_dict_it_is() -> None:
+    # The compiled build's State is an extension type with an attribute read of its own: a
+    # dict method still reads back as the method, and copy and pickle keep the class and items.
+    state = State(x=1)
+    assert state.get("x") == 1 and state.keys() == {"x", *_PREDEFINED_KEYS}
+    for made in (copy.copy(state), copy.deepcopy(state), pickle.loads(pickle.dumps(state))):
+        assert type(made) is State
+        assert made == state and made.x == 1
+
+    class Named(State):
+        kind = "named"
+
+        @property
+        def double(self) -> int:
+            return int(self["x"]) * 2
+
+    named = Named(x=2)
+    # A subclass's own attributes read as attributes; variables as variables.
+    assert (named.kind, named.double, named.x) == ("named", 4, 2)
+    with pytest.raises(AttributeError, match="no variable 'missing'"):
+        _ = named.missing
 
 
 async def test_state_dict_method_name_inside_a_step() -> None:

@@ -15,7 +15,7 @@ from futoin_anyio._frame import COMPILED
 
 #: The public classes that are extension types in the compiled build.
 _EXTENSION_TYPES = ("AsyncSteps", "AsyncTool", "Handle", "Limiter", "Mutex", "ParallelSteps",
-                    "Throttle")
+                    "State", "Throttle")
 
 
 def test_all_names_are_exported_and_public() -> None:

@@ -90,7 +90,9 @@ def test_pxd_declares_every_slot_and_no_stale_one(pxd: Path) -> None:
     for name, (base, fields) in declared.items():
         cls = classes.get(name)
         assert cls is not None, f"{pxd.name}: class {name} is not in {source.name}"
-        bases = [b.id for b in cls.bases if isinstance(b, ast.Name)]
+        # A subscripted base (``dict[str, Any]``) is the class it subscripts.
+        bases = [b.id for b in (c.value if isinstance(c, ast.Subscript) else c for c in cls.bases)
+                 if isinstance(b, ast.Name)]
         assert bases == ([base] if base else []), (
             f"{pxd.name}: {name}({base or ''}) but {source.name} has {name}({', '.join(bases)})")
         slots = _slots(cls)
