@@ -48,8 +48,8 @@ class _Section(ThrottleSection):
     """The critical section of the Limiter's Mutex: the rate check, then ``func``.
 
     The Throttle's own section step (see :mod:`._throttle`); run within the Mutex entry's step
-    when a place is free at once (``_runs_in_entry``), so an entry that gets in at once adds no
-    step of its own before ``func``.
+    when a place is free at once, so an entry that gets in at once adds no step of its own
+    before ``func``.
     """
 
     __slots__ = ()

@@ -5,6 +5,7 @@ from futoin_anyio._driver cimport _Driver
 from futoin_anyio._flow cimport _Flow
 from futoin_anyio._frame cimport _Switches
 from futoin_anyio._hooks cimport check_section, flow_key, go_on_with, on_exit, refuse
+from futoin_anyio._throttle cimport _Section as _RateSection
 
 
 @cython.final

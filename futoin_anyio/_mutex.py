@@ -27,6 +27,7 @@ from ._sync_common import (
     lazy_binary,
     task_key,
 )
+from ._throttle import _Section as _RateSection
 from ._types import ErrorHandler, StepFunc, _Item
 from ._waitqueue import DONE, HELD, NEW, QUEUED, WaitQueue, state_name
 
@@ -86,7 +87,7 @@ class _Entry:
 
     # Typed locals: the compiled build reads their fields in C (a step's ``_flow`` and a flow's
     # ``driver`` are untyped fields, their modules importing each other).
-    @cython.locals(flow=_Flow, driver=_Driver)
+    @cython.locals(flow=_Flow, driver=_Driver, section=_RateSection)
     def __call__(self, asi: AsyncSteps, *args: Any) -> None:
         entry = self if self.state is NEW else _Entry(self.mutex, self.func, self.onerror)
         mutex = entry.mutex
@@ -95,12 +96,12 @@ class _Entry:
         driver = flow.driver  # type: ignore[union-attr]
         if mutex._acquire_nowait(key, driver._thread):
             func = entry.func
-            in_entry = getattr(type(func), "_runs_in_entry", False)
-            if in_entry:
+            section = func if isinstance(func, _RateSection) else None
+            if section is not None:
                 # A Limiter's rate check, in this step rather than one of its own. A refusal
                 # gives the place back at once: nothing was held, nothing is left to unwind.
                 try:
-                    entered = func._admit(asi)  # type: ignore[union-attr]
+                    entered = section._admit(asi)
                 except BaseException:
                     mutex._release(key)
                     entry.key = None  # (as in leave())
@@ -109,14 +110,14 @@ class _Entry:
                     mutex._release(key)
                     entry.state = DONE
                     entry.key = None
-                    refuse(asi, func.throttle._queue.rejection())  # type: ignore[union-attr]
+                    refuse(asi, section.throttle._queue.rejection())
                     return
             entry.state = HELD
             on_exit(asi, _Entry.leave, entry)
             if SWITCHES.active:
                 _ins.sync(asi._flow, "sync_entered", mutex._label)
-            if in_entry:
-                func._go_on(asi, entered, args)  # type: ignore[union-attr]
+            if section is not None:
+                section._go_on(asi, entered is True, args)
                 return
             # Sub-steps start with no arguments: hand the incoming ones on to ``func``.
             if args:

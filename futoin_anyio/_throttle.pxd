@@ -10,10 +10,14 @@ cdef class _Waiter:
     cdef public object args, asi, event, period_end, since, state, throttle
 
 
-# Not final: the Limiter's section (_limiter.py) is its subclass.
+# Not final: the Limiter's section (_limiter.py) is its subclass. A Mutex entry calls the two
+# methods of the Limiter's in C (_mutex.pxd cimports it).
 cdef class _Section:
     cdef public object func, onerror
     cdef public Throttle throttle
+
+    cpdef object _admit(self, asi)
+    cpdef _go_on(self, asi, bint entered, tuple args)
 
 
 @cython.final

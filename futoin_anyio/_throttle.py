@@ -120,11 +120,9 @@ class _Waiter:
 class _Section:
     """The step ``sync()`` adds: enter (now or in a later period), then the section."""
 
+    # A Mutex entry that gets its place at once calls a section in its own step (see
+    # ``_mutex._Entry``) instead of adding it as a sub-step: the Limiter's case.
     __slots__ = ("func", "onerror", "throttle")
-
-    #: A Mutex entry that gets its place at once calls this section in its own step (see
-    #: ``_mutex._Entry``) instead of adding it as a sub-step: the Limiter's case.
-    _runs_in_entry = True
 
     def __init__(self, throttle: Throttle, func: StepFunc, onerror: ErrorHandler | None) -> None:
         self.throttle = throttle
