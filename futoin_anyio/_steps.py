@@ -80,6 +80,7 @@ if not cython.compiled:  # the pure build calls the methods that the compiled on
     PyDict_Update = dict.update
     PyDict_SetDefault = dict.setdefault
 
+
 def _state_from(variables: Mapping[str, Any]) -> State:
     """``State(variables)`` without State's Python ``__init__`` (a root's initial state): the
     same keys in the same order. Compiled, each dict call is a C call."""
