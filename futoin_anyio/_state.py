@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 if TYPE_CHECKING:  # the stand-in's typed decorators
     from . import _nocython as cython
@@ -52,6 +52,11 @@ class State(dict[str, Any]):
 
     def __missing__(self, name: str) -> Any:
         raise MissingVariable(name)
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> str | tuple[Any, ...]:
+        # Every protocol pickles it as protocol 2 pickles a dict subclass (the class, then its
+        # items): protocols 0 and 1 refuse an extension type (the compiled build's State).
+        return object.__reduce_ex__(self, max(int(protocol), 2))
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in _RESERVED:

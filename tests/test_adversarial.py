@@ -394,7 +394,9 @@ def test_state_reads_copies_and_pickles_as_the_dict_it_is() -> None:
     # dict method still reads back as the method, and copy and pickle keep the class and items.
     state = State(x=1)
     assert state.get("x") == 1 and state.keys() == {"x", *_PREDEFINED_KEYS}
-    for made in (copy.copy(state), copy.deepcopy(state), pickle.loads(pickle.dumps(state))):
+    pickled = [pickle.loads(pickle.dumps(state, protocol))
+               for protocol in range(pickle.HIGHEST_PROTOCOL + 1)]
+    for made in (copy.copy(state), copy.deepcopy(state), *pickled):
         assert type(made) is State
         assert made == state and made.x == 1
 
