@@ -33,9 +33,8 @@ class State(dict[str, Any]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.setdefault("error_info", None)
-        self.setdefault("last_exception", None)
-        self.setdefault("async_stack", ())
+        for key, value in _PREDEFINED.items():
+            self.setdefault(key, value)
 
     def __getattribute__(self, name: str) -> Any:
         # The compiled build's attribute read: a variable straight from the dict, a dict
