@@ -44,6 +44,7 @@ cdef class _Driver:
     cpdef _arm_inline(self, deadline)
     cpdef _drop_spare(self)
     cpdef object _task_context(self)
+    @cython.locals(handle=Handle, step=_Frame, outer=_Flow, above=_Flow)
     cpdef bint _foreign_timers(self, _Flow flow) except -1
     cpdef bint _idle_after_promise(self) except -1
     cpdef _tasks_now_idle(self)

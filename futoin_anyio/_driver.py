@@ -946,19 +946,24 @@ class _Driver:
     def _foreign_timers(self, flow: _Flow) -> bool:
         """Does the heap hold a live timer other than a ``set_timeout()`` of ``flow`` or of a
         flow it is a branch of (those the inline run's alarm fires)?"""
-        flows = [flow]
-        par = flow.par
-        while par is not None:
-            outer = par.frame._flow
-            assert outer is not None
-            flows.append(outer)
-            par = outer.par
         for entry in self._timers:
             handle = entry[2]
-            if handle._tool is not None and (
-                handle._func is not _on_timeout or handle._args[0]._flow not in flows
-            ):
+            if handle._tool is None:
+                continue
+            if handle._func is not _on_timeout:
                 return True
+            step = handle._args[0]
+            owner = step._flow
+            # Is the timeout's flow ``flow`` or one it is a branch of? (Most often the heap holds
+            # one live entry and the chain is one or two flows long: no list is built.)
+            outer = flow
+            while outer is not owner:
+                par = outer.par
+                if par is None:
+                    return True
+                above = par.frame._flow
+                assert above is not None
+                outer = above
         return False
 
     def _start_helper(self) -> None:
