@@ -46,4 +46,16 @@ if [ -n "${FUTOIN_CPP_REFERENCE:-}" ] && [ ! -f /usr/include/boost/version.hpp ]
         echo "the interop tests need the Boost headers: apt-get install libboost-dev" >&2
     fi
 fi
+# benchmarks.instructions runs valgrind (its test simulates one small scenario): installed here
+# when possible, as the Boost headers are.
+if ! command -v valgrind >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing valgrind for the test of benchmarks.instructions"
+        apt-get install -y -q valgrind >/dev/null 2>&1 \
+            || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q valgrind >/dev/null 2>&1; } \
+            || echo "could not install valgrind: its test will be skipped saying so" >&2
+    else
+        echo "the test of benchmarks.instructions needs valgrind: apt-get install valgrind" >&2
+    fi
+fi
 exec "$VENV/bin/python" -m pytest "$@"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -129,3 +130,43 @@ def test_gateway_instructions_refuse_a_side_they_do_not_have(
         instructions.main(["--only", "gateway_ok", "--side", "plain_scope"])
     assert "--side plain_scope: the gateway scenarios have the sides ours, plain" \
         in capsys.readouterr().err
+
+
+_CACHEGRIND_OUT = """\
+desc: I1 cache:         32768 B, 64 B, 8-way associative
+cmd: python -c ...
+events: Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw Bc Bcm Bi Bim
+fl=x.c
+fn=f
+1 1000 10 1 300 20 2 100 5 3 50 6 7 8
+summary: 1000 10 1 300 20 2 100 5 3 50 6 7 8
+"""
+
+
+def test_cost_of_reads_cachegrind_totals_and_estimates_cycles() -> None:
+    cost = instructions.cost_of(_CACHEGRIND_OUT)
+    assert cost == instructions.Cost(instructions=1000, i1_misses=10, d1_misses=25,
+                                     ll_misses=6, mispredicted=14)
+    # KCachegrind's estimate: Ir + 10 Bm + 10 L1m + 100 LLm.
+    assert cost.cycles == 1000 + 10 * 14 + 10 * (10 + 25) + 100 * 6
+    per = (cost - instructions.Cost(500, 4, 5, 2, 4)) / 10
+    assert per == instructions.Cost(50, 0.6, 2, 0.4, 1)
+
+
+def test_cost_of_refuses_a_run_without_the_simulations() -> None:
+    no_branches = _CACHEGRIND_OUT.replace(" Bc Bcm Bi Bim", "").replace(" 50 6 7 8", "")
+    with pytest.raises(ValueError, match="--branch-sim=yes"):
+        instructions.cost_of(no_branches)
+    with pytest.raises(ValueError, match="not the output of cachegrind"):
+        instructions.cost_of("events: Ir\n")
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_simulate_runs_a_scenario_under_cachegrind(backend: str) -> None:
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed (scripts/test.sh installs it where it can)")
+    cost = instructions.simulate("seq", "ours", backend, 10)
+    assert cost.instructions > 1_000_000  # a whole interpreter's run
+    assert 0 < cost.i1_misses < cost.instructions
+    assert 0 < cost.mispredicted < cost.instructions
+    assert cost.cycles > cost.instructions
