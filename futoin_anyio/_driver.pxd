@@ -2,7 +2,7 @@
 cimport cython
 
 from futoin_anyio._alarm cimport Alarm, arm as arm_alarm
-from futoin_anyio._flow cimport _coroutine_done, _Flow, _flow_deadline, _start_root
+from futoin_anyio._flow cimport _coroutine_done, _Flow, _flow_deadline, _outer_flow, _start_root
 from futoin_anyio._frame cimport _Ext, _Frame, _Switches
 
 

@@ -53,6 +53,7 @@ from ._flow import (
     _inline_cancelled,
     _judgeable_group,
     _on_timeout,
+    _outer_flow,
     _start_root,
     scope_class,
 )
@@ -905,8 +906,7 @@ class _Driver:
                         due is None
                         or ext.deadline < due._ext.deadline):  # type: ignore[union-attr]
                     due = frame
-            par = flow.par
-            flow = par.frame._flow if par is not None else None
+            flow = _outer_flow(flow)
         if due is None:
             return
         ext = due._ext
@@ -958,11 +958,9 @@ class _Driver:
             # one live entry and the chain is one or two flows long: no list is built.)
             outer = flow
             while outer is not owner:
-                par = outer.par
-                if par is None:
+                above = _outer_flow(outer)
+                if above is None:
                     return True
-                above = par.frame._flow
-                assert above is not None
                 outer = above
         return False
 

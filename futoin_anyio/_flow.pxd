@@ -54,7 +54,9 @@ cpdef bint _go_on(_Flow flow, can, bint inline) except? -1
 @cython.locals(flow=_Flow, q=list)
 cpdef int _start_root(_Frame root, int budget) except? -1
 
-@cython.locals(frame=_Frame, ext=_Ext)
+cpdef _Flow _outer_flow(_Flow flow)
+
+@cython.locals(frame=_Frame, ext=_Ext, current=_Flow)
 cpdef double _flow_deadline(_Flow flow) except? -1.0
 
 

@@ -944,21 +944,24 @@ def _inline_cancelled(driver: _Driver, step: AsyncSteps) -> None:
             driver._schedule(flow)
 
 
+def _outer_flow(flow: _Flow) -> _Flow | None:
+    """The flow whose parallel step ``flow`` is a branch of; ``None`` for a root's own flow."""
+    par = flow.par
+    return None if par is None else par.frame._flow
+
+
 def _flow_deadline(flow: _Flow) -> float:
     """The nearest deadline of the timeouts active in ``flow`` and in the flows it is a
     parallel branch of."""
     deadline = math.inf
-    while True:
-        for frame in flow.stack:
+    current: _Flow | None = flow
+    while current is not None:
+        for frame in current.stack:
             ext = frame._ext
             if ext is not None and ext.timer is not None and ext.deadline < deadline:
                 deadline = ext.deadline
-        par = flow.par
-        if par is None:
-            return deadline
-        outer = par.frame._flow
-        assert outer is not None
-        flow = outer
+        current = _outer_flow(current)
+    return deadline
 
 
 # -- what comes out of user code -------------------------------------------------------------------
@@ -1100,7 +1103,6 @@ def _step_path(flow: _Flow) -> list[object]:
     current: _Flow | None = flow
     while current is not None:
         parts.append(_stack_funcs(current.stack))
-        par = current.par
-        current = par.frame._flow if par is not None else None
+        current = _outer_flow(current)
     return [func for part in reversed(parts) for func in part]
 
