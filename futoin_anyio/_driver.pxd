@@ -51,6 +51,7 @@ cdef class _Driver:
     cpdef _cancel_all(self)
     @cython.locals(flow=_Flow, typed=bint)
     cpdef _tick(self)
+    cpdef object _live_timers(self)
     cpdef _fire_timers(self)
     cpdef bint _work_due(self) except -1
     cpdef Alarm _claim_alarm(self, deadline, due)

@@ -569,8 +569,18 @@ class _Driver:
         if self._timers:
             self._fire_timers()
 
-    def _fire_timers(self) -> None:
+    def _live_timers(self) -> list[tuple[float, int, Handle]]:
+        """The timer heap, the entries of ended timers dropped from its top: when nothing else
+        is left (the usual case once a timed step has ended), no clock needs to be read."""
         timers = self._timers
+        while timers and timers[0][2]._tool is None:
+            heappop(timers)
+        return timers
+
+    def _fire_timers(self) -> None:
+        timers = self._live_timers()
+        if not timers:
+            return
         now = self._clock()
         while timers and timers[0][0] <= now:
             handle = heappop(timers)[2]
@@ -581,11 +591,9 @@ class _Driver:
             _run_callback(handle)
 
     def _next_deadline(self) -> float:
-        timers = self._timers
-        if len(timers) > 2 * self._pending + _PRUNE_SLACK:
+        if len(self._timers) > 2 * self._pending + _PRUNE_SLACK:
             self._prune_timers()
-        while timers and timers[0][2]._tool is None:
-            heappop(timers)
+        timers = self._live_timers()
         return timers[0][0] if timers else math.inf
 
     def _prune_timers(self) -> None:
@@ -987,7 +995,10 @@ class _Driver:
 
     def _work_due(self) -> bool:
         """Is a flow or callback ready, or a timer due? (What a task serving the driver runs.)"""
-        return bool(self._ready) or (bool(self._timers) and self._timers[0][0] <= self._clock())
+        if self._ready:
+            return True
+        timers = self._live_timers()
+        return bool(timers) and timers[0][0] <= self._clock()
 
     def _helper_done(self) -> None:
         self._helper = False
